@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller side of gpufleet.lifecycle.drift_check (documentation in plugins/modules/drift_check.py)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleError
+from ansible.module_utils.common.text.converters import to_native, to_text
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._drift import DriftError, compute_drift, normalize_pin, render_diff
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._pin import PinError, parse_pin_text, pin_from_mapping
+
+FACTS_MODULE = 'gpufleet.lifecycle.gpu_facts'
+ARGUMENT_SPEC = dict(
+    pin=dict(type='dict'),
+    pin_file=dict(type='path'),
+    facts=dict(type='dict'),
+    fail_on_broken=dict(type='bool', default=False),
+    fail_on_drift=dict(type='bool', default=False),
+)
+
+
+class ActionModule(ActionBase):
+    """Compare the host's gpufleet facts with the pin, on the controller."""
+
+    TRANSFERS_FILES = False
+
+    def _load_pin(self, args):
+        if args['pin_file']:
+            try:
+                path = self._find_needle('files', args['pin_file'])
+            except AnsibleError as exc:
+                raise PinError('pin_file %s: not found (%s)' % (args['pin_file'], to_native(exc)))
+            try:
+                with open(path, 'rb') as handle:
+                    text = to_text(handle.read(), errors='surrogate_or_strict')
+            except (IOError, OSError, UnicodeError) as exc:
+                raise PinError('pin_file %s: cannot be read: %s' % (path, to_native(exc)))
+            return parse_pin_text(text, path)
+        return {'pin': pin_from_mapping(args['pin'], 'pin argument'), 'previous': normalize_pin({})}
+
+    def _facts(self, args, task_vars, result):
+        if args['facts'] is not None:
+            return args['facts']
+        facts = (task_vars.get('ansible_facts') or {}).get('gpufleet')
+        if facts:
+            return facts
+        gathered = self._execute_module(module_name=FACTS_MODULE, module_args={}, task_vars=task_vars)
+        if gathered.get('failed'):
+            raise DriftError('gathering GPU facts failed: %s' % gathered.get('msg'))
+        facts = gathered['ansible_facts']['gpufleet']
+        result['ansible_facts'] = {'gpufleet': facts}
+        return facts
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        validation, args = self.validate_argument_spec(
+            argument_spec=ARGUMENT_SPEC,
+            mutually_exclusive=[('pin', 'pin_file')],
+            required_one_of=[('pin', 'pin_file')],
+        )
+        del validation
+        host = task_vars.get('inventory_hostname', '?')
+        try:
+            pins = self._load_pin(args)
+            facts = self._facts(args, task_vars, result)
+            report = compute_drift(facts, pins['pin'])
+        except (PinError, DriftError) as exc:
+            result.update(failed=True, msg='%s: %s' % (host, to_native(exc)))
+            return result
+
+        result.update(report)
+        result.update(pin=pins['pin'], previous_pin=pins['previous'], msg=report['message'])
+        result['changed'] = report['status'] == 'drifted'
+        if self._task.diff and result['changed']:
+            before, after = render_diff(report)
+            result['diff'] = {'before': before, 'after': after, 'before_header': '%s (actual)' % host, 'after_header': 'pin'}
+        if report['status'] == 'broken' and args['fail_on_broken']:
+            result['failed'] = True
+        if report['status'] == 'drifted' and args['fail_on_drift']:
+            result['failed'] = True
+        return result

@@ -1,0 +1,1126 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Parsers and helpers for NVIDIA DCGM's ``dcgmi`` command line tool.
+
+Pure functions, standard library only (no Ansible imports), Python 3.8+:
+
+* ``parse_diag_json(text)`` reads a ``dcgmi diag -j`` document (DCGM 3.x and 4.x schemas);
+* ``parse_diag_text(text)`` reads the ``dcgmi diag`` text table (DCGM 3.x and 4.x layouts);
+* ``parse_version_banner(text)`` reads ``dcgmi -v`` / ``dcgmi --version`` output;
+* ``classify_failure(rc, stdout, stderr)`` names the reason a ``dcgmi diag`` run produced no document;
+* ``build_diag_argv(...)`` builds a validated argument list for ``dcgmi diag -r <run> -j``.
+
+Schemas, as written by NVIDIA's ``dcgmi/Diag.cpp`` and the diagnostic (``nvvs``):
+
+* DCGM 3.x: top key ``DCGM GPU Diagnostic`` holding ``test_categories[].tests[].results[]``; a result
+  names its GPUs with ``gpu_ids`` or ``gpu_id`` given as a string (``"0"``, ``"0,1,2,3"``), an integer,
+  or not at all (system-wide Deployment checks); ``warnings`` are strings or objects with ``warning``
+  (``warnings`` in 3.x Deployment entries); ``info`` is a list or one joined string; ``version`` and
+  ``Driver Version Detected`` sit at the top level or inside ``DCGM GPU Diagnostic``; arrays may
+  contain ``null`` (jsoncpp index gaps).  Statuses are ``Pass``/``Fail``/``Warn``/``Skip`` (dcgmi) or
+  ``PASS``/``FAIL``/``WARN``/``SKIP`` (nvvs).
+* DCGM 4.x: top key ``DCGM Diagnostic``; one result per entity (``entity_group``, ``entity_group_id``,
+  ``entity_id``) plus a per-test ``test_summary``; ``entity_groups`` and ``metadata``
+  (``version``, ``Driver Version Detected``) at the top level.
+* Both: a run that could not start prints ``{"<top key>": {"runtime_error": ..., "version": ...}}``;
+  ``--iterations N`` wraps the documents as ``{"iterations": [...], "Overall Result": ...}``.
+
+Every lookup is defensive: odd input raises ``DcgmParseError`` (a ``ValueError``) with a clear message,
+never ``KeyError``/``TypeError``.
+"""
+
+import json
+import re
+
+SCHEMA_VERSION = 1
+
+KEY_V3 = 'DCGM GPU Diagnostic'
+KEY_V4 = 'DCGM Diagnostic'
+
+STATUSES = ('pass', 'fail', 'warn', 'skip')
+# Aggregation order: fail > warn > pass > skip.
+_RANK = {'skip': 0, 'pass': 1, 'warn': 2, 'fail': 3}
+
+_STATUS_WORDS = {
+    'pass': 'pass', 'passed': 'pass', 'ok': 'pass', 'success': 'pass', 'succeeded': 'pass',
+    'fail': 'fail', 'failed': 'fail', 'failure': 'fail', 'error': 'fail',
+    'warn': 'warn', 'warning': 'warn', 'warnings': 'warn', 'warned': 'warn',
+    'partial pass': 'warn', 'partially passed': 'warn', 'partial': 'warn',
+    'skip': 'skip', 'skipped': 'skip', 'not run': 'skip', 'notrun': 'skip', 'not_run': 'skip',
+    'not-run': 'skip', 'not applicable': 'skip', 'n/a': 'skip', 'na': 'skip', 'none': 'skip',
+}
+
+# DCGM entity group ids (dcgm_fields.h, dcgm_field_entity_group_t).
+_ENTITY_GROUP_NAMES = {
+    1: 'GPU', 2: 'VGPU', 3: 'Switch', 4: 'GPU_I', 5: 'GPU_CI', 6: 'Link', 7: 'CPU', 8: 'CPU_Core',
+}
+
+# Values DCGM prints instead of a real serial / id.
+_PLACEHOLDERS = frozenset(('', '<<<not_supported>>>', '<<<null>>>', '<<<not_found>>>', '<<<blank>>>', 'n/a'))
+
+_MESSAGE_KEYS = ('warning', 'warnings', 'message', 'msg', 'error', 'test_details', 'info', 'description')
+
+_GPU_TOKEN_RE = re.compile(r'^(?:gpu)?[:#]?(\d+)$', re.IGNORECASE)
+_TEST_NAME_RE = re.compile(r'^[A-Za-z0-9_ .-]+$')
+_PARAM_NAME_RE = re.compile(r'^[A-Za-z0-9_ .-]+$')
+_PARAM_VALUE_RE = re.compile(r'^[A-Za-z0-9_ .,:/+@%-]*$')
+
+
+class DcgmParseError(ValueError):
+    """The text is not a usable ``dcgmi`` document (malformed, truncated, unknown schema...)."""
+
+
+class DcgmRuntimeError(DcgmParseError):
+    """A well-formed ``dcgmi diag -j`` document that says the diagnostic could not run.
+
+    ``runtime_error`` holds DCGM's own message, ``dcgm_version`` the version printed beside it.
+    """
+
+    def __init__(self, message, runtime_error=None, dcgm_version=None):
+        super(DcgmRuntimeError, self).__init__(message)
+        self.runtime_error = runtime_error
+        self.dcgm_version = dcgm_version
+
+
+# --------------------------------------------------------------------------- small helpers
+
+def _to_text(value):
+    """Decode bytes, pass str through, everything else (None included) becomes ''."""
+    if value is None:
+        return ''
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode('utf-8', 'replace')
+    if isinstance(value, str):
+        return value
+    return ''
+
+
+def _scalar_text(value):
+    """Stripped text of a JSON scalar (str/int/float); None for empty, containers, bools and None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        value = value.strip()
+        return value or None
+    return None
+
+
+def _as_list(value):
+    """A JSON array as a list; a lone object as a one-element list; anything else as []."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, dict):
+        return [value]
+    return []
+
+
+def _as_int(value):
+    """Non-negative integer from an int or a digit string; None otherwise (bools excluded)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, str):
+        value = value.strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def normalize_status(raw):
+    """Map a DCGM status string to ``pass``/``fail``/``warn``/``skip``.
+
+    Accepts every spelling DCGM uses (``Pass``, ``PASS``, ``pass``, ``Skip``, ``SKIPPED``, ``Not Run``,
+    ``Warn``, ``Warning``, text-table forms such as ``Pass - All`` or ``Fail - GPU: 0``).  Returns None
+    for a status that is not recognised.
+    """
+    text = _scalar_text(raw)
+    if text is None:
+        return None
+    text = re.split(r'\s+-\s+|:', text, maxsplit=1)[0]
+    text = re.sub(r'\s+', ' ', text.strip().lower())
+    if text in _STATUS_WORDS:
+        return _STATUS_WORDS[text]
+    first = text.split(' ')[0] if text else ''
+    if first in ('pass', 'passed', 'fail', 'failed', 'warn', 'warning', 'skip', 'skipped'):
+        return _STATUS_WORDS[first]
+    return None
+
+
+def _status(raw):
+    """(normalised status, note) - unknown statuses count as ``warn`` and produce a note."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return 'skip', None
+    status = normalize_status(raw)
+    if status is None:
+        return 'warn', 'unrecognised DCGM status %r' % (raw,)
+    return status, None
+
+
+def _worst(statuses, default='skip'):
+    result = None
+    for status in statuses:
+        if result is None or _RANK[status] > _RANK[result]:
+            result = status
+    return default if result is None else result
+
+
+def _message_of(item):
+    """Text of one warning/info/error entry (a string or an object such as ``{"warning": ...}``)."""
+    if isinstance(item, dict):
+        for key in _MESSAGE_KEYS:
+            text = _scalar_text(item.get(key))
+            if text is not None:
+                return text
+        return None
+    return _scalar_text(item)
+
+
+def _messages(value):
+    """List of message strings from a string, an object, or an array of either (nulls skipped)."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if isinstance(item, list):
+            out.extend(_messages(item))
+            continue
+        text = _message_of(item)
+        if text is not None:
+            out.append(text)
+    return out
+
+
+def _dedupe(items):
+    seen = set()
+    out = []
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out
+
+
+def _gpu_ids(value):
+    """GPU indexes from ``"0,1,2"``, ``"0"``, ``0``, ``[0, "1"]``, ``"GPU0"``; [] when none are named."""
+    if value is None or isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        number = _as_int(value)
+        return [] if number is None else [number]
+    if isinstance(value, (list, tuple)):
+        out = []
+        for item in value:
+            out.extend(_gpu_ids(item))
+        return _dedupe(out)
+    if isinstance(value, str):
+        out = []
+        for token in re.split(r'[\s,;]+', value.strip()):
+            match = _GPU_TOKEN_RE.match(token)
+            if match:
+                out.append(int(match.group(1)))
+        return _dedupe(out)
+    return []
+
+
+def _entity_group_name(result):
+    group = _scalar_text(result.get('entity_group'))
+    if group is not None and not group.isdigit():
+        return group
+    group_id = _as_int(result.get('entity_group_id'))
+    if group_id is None and group is not None:
+        group_id = _as_int(group)
+    return _ENTITY_GROUP_NAMES.get(group_id)
+
+
+def _placeholder_free(value):
+    text = _scalar_text(value)
+    if text is None or text.lower() in _PLACEHOLDERS:
+        return None
+    return text
+
+
+# --------------------------------------------------------------------------- JSON loading
+
+def _json_start(text):
+    """Index of the document's opening brace: the first line starting with ``{`` (after blanks)."""
+    match = re.search(r'^[ \t\ufeff]*\{', text, re.MULTILINE)
+    if match:
+        return match.end() - 1
+    index = text.find('{')
+    if index >= 0:
+        return index
+    stripped = text.lstrip(' \t\r\n\ufeff')
+    if stripped.startswith('['):
+        return len(text) - len(stripped)
+    return None
+
+
+def _unterminated(text, start):
+    """True when ``text[start:]`` ends inside a string or with unclosed ``{``/``[``."""
+    depth = 0
+    in_string = False
+    escaped = False
+    for char in text[start:]:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == '\\':
+                escaped = True
+            elif char == '"':
+                in_string = False
+            continue
+        if char == '"':
+            in_string = True
+        elif char in '{[':
+            depth += 1
+        elif char in '}]':
+            depth -= 1
+            if depth <= 0:
+                return False
+    return in_string or depth > 0
+
+
+def _looks_like_text_table(text):
+    return bool(re.search(r'^\|\s*Diagnostic\s*\|\s*Result\s*\|', text, re.MULTILINE)) or \
+        'Successfully ran diagnostic for group' in text
+
+
+def _load_json(text):
+    if isinstance(text, (dict, list)):
+        return text
+    if text is None:
+        raise DcgmParseError('no input: expected the JSON document printed by "dcgmi diag -j", got None')
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise DcgmParseError('expected the text printed by "dcgmi diag -j", got a %s' % type(text).__name__)
+    text = _to_text(text)
+    if not text.strip():
+        raise DcgmParseError('empty input: "dcgmi diag -j" printed nothing (no JSON document)')
+    start = _json_start(text)
+    if start is None:
+        if _looks_like_text_table(text):
+            raise DcgmParseError('not a JSON document: this is the text table of "dcgmi diag" '
+                                 '(run it with -j, or read it with parse_diag_text)')
+        first = text.strip().splitlines()[0][:120]
+        raise DcgmParseError('not a dcgmi diag document: no JSON object found in the output '
+                             '(it starts with %r)' % first)
+    try:
+        data, _end = json.JSONDecoder().raw_decode(text, start)
+    except json.JSONDecodeError as exc:
+        if _unterminated(text, start):
+            end = len(text.rstrip())
+            line = text.count('\n', 0, end) + 1
+            column = end - (text.rfind('\n', 0, end) + 1) + 1
+            raise DcgmParseError('truncated dcgmi diag JSON: the document stops at line %d column %d (char %d) '
+                                 'before every object, array and string is closed (%s at line %d column %d)'
+                                 % (line, column, end, exc.msg, exc.lineno, exc.colno))
+        raise DcgmParseError('malformed JSON in dcgmi diag output: %s at line %d column %d (char %d)'
+                             % (exc.msg, exc.lineno, exc.colno, exc.pos))
+    except RecursionError:
+        raise DcgmParseError('malformed JSON in dcgmi diag output: nested too deeply')
+    return data
+
+
+# --------------------------------------------------------------------------- diag documents
+
+def _describe_keys(data):
+    return '[%s]' % ', '.join(repr(str(key)) for key in sorted(data, key=str)) if data else '[] (an empty object)'
+
+
+def _first_scalar(*candidates):
+    for candidate in candidates:
+        text = _scalar_text(candidate)
+        if text is not None:
+            return text
+    return None
+
+
+def _expand_result(result):
+    """One DCGM result object -> list of parsed per-GPU/per-entity results."""
+    status, note = _status(result.get('status', result.get('result')))
+    warnings = _messages(result.get('warnings')) + _messages(result.get('warning')) + \
+        _messages(result.get('errors')) + _messages(result.get('error'))
+    info = _messages(result.get('info'))
+    messages = _dedupe(warnings + info + ([note] if note else []))
+
+    entries = []
+    if any(key in result for key in ('entity_group', 'entity_group_id', 'entity_id')):
+        group = _entity_group_name(result)
+        entity_id = _as_int(result.get('entity_id'))
+        is_gpu = group is not None and group.upper() == 'GPU'
+        entries.append((entity_id if is_gpu else None, group, entity_id))
+    elif 'gpu_ids' in result or 'gpu_id' in result:
+        raw = result.get('gpu_ids') if 'gpu_ids' in result else result.get('gpu_id')
+        ids = _gpu_ids(raw)
+        for gpu in ids:
+            entries.append((gpu, 'GPU', gpu))
+        if not ids:
+            entries.append((None, None, None))
+    elif 'cpu_id' in result:
+        entries.append((None, 'CPU', _as_int(result.get('cpu_id'))))
+    else:
+        entries.append((None, None, None))
+
+    out = []
+    for gpu, group, entity_id in entries:
+        out.append({
+            'gpu': gpu,
+            'entity_group': group,
+            'entity_id': entity_id,
+            'status': status,
+            'messages': list(messages),
+            '_warnings': list(warnings),
+        })
+    return out
+
+
+def _parse_test(test, category):
+    if not isinstance(test, dict):
+        return None
+    name = _first_scalar(test.get('name'), test.get('test_name'), test.get('test')) or '(unnamed test)'
+    results = []
+    for result in _as_list(test.get('results')):
+        if isinstance(result, dict):
+            results.extend(_expand_result(result))
+
+    summary = test.get('test_summary')
+    summary_status = None
+    summary_warnings = []
+    summary_messages = []
+    if isinstance(summary, dict):
+        summary_status, note = _status(summary.get('status', summary.get('result')))
+        if summary.get('status', summary.get('result')) is None:
+            summary_status = None
+        summary_warnings = _messages(summary.get('warnings')) + _messages(summary.get('errors'))
+        summary_messages = _dedupe(summary_warnings + _messages(summary.get('info')) + ([note] if note else []))
+    elif test.get('status') is not None:
+        summary_status, note = _status(test.get('status'))
+        summary_messages = [note] if note else []
+
+    aggregate = _worst(result['status'] for result in results) if results else None
+    if summary_status is not None and (aggregate is None or _RANK[summary_status] > _RANK[aggregate]):
+        # The summary reports something no entity result shows (a system-wide finding, or no
+        # per-entity results at all): record it as a result with no GPU.
+        results.append({
+            'gpu': None,
+            'entity_group': None,
+            'entity_id': None,
+            'status': summary_status,
+            'messages': list(summary_messages),
+            '_warnings': list(summary_warnings),
+        })
+
+    return {
+        'name': name,
+        'category': category,
+        'status': _worst(result['status'] for result in results),
+        'results': results,
+        'messages': summary_messages,
+        '_summary_warnings': summary_warnings,
+    }
+
+
+def _finish(tests, schema, version, driver, runtime_error, entities):
+    summary = dict((status, 0) for status in STATUSES)
+    failures = []
+    for test in tests:
+        for result in test['results']:
+            summary[result['status']] += 1
+            if result['status'] == 'fail':
+                text = '; '.join(result['_warnings']) or '; '.join(result['messages']) or \
+                    '; '.join(test['_summary_warnings']) or '; '.join(test['messages']) or \
+                    '%s failed' % test['name']
+                failures.append({'test': test['name'], 'gpu': result['gpu'], 'message': text})
+    for test in tests:
+        test.pop('_summary_warnings', None)
+        for result in test['results']:
+            result.pop('_warnings', None)
+    return {
+        'schema': schema,
+        'dcgm_version': version,
+        'driver_version': driver,
+        'passed': summary['fail'] == 0,
+        'summary': summary,
+        'tests': tests,
+        'failures': failures,
+        'runtime_error': runtime_error,
+        'entities': entities,
+    }
+
+
+def _entities(data, root):
+    out = []
+    for group in _as_list(data.get('entity_groups')):
+        if not isinstance(group, dict):
+            continue
+        name = _entity_group_name(group)
+        for entity in _as_list(group.get('entities')):
+            if isinstance(entity, dict):
+                out.append({
+                    'entity_group': name,
+                    'entity_id': _as_int(entity.get('entity_id')),
+                    'device_id': _placeholder_free(entity.get('device_id')),
+                    'serial': _placeholder_free(entity.get('serial_num')),
+                })
+    if out:
+        return out
+    # DCGM 3.x: "GPU Device IDs": ["2330", ...] and "GPU Device Serials": {"0": "..."}
+    for source in (data, root):
+        ids = source.get('GPU Device IDs')
+        serials = source.get('GPU Device Serials')
+        serials = serials if isinstance(serials, dict) else {}
+        if isinstance(ids, list):
+            for index, device_id in enumerate(ids):
+                out.append({
+                    'entity_group': 'GPU',
+                    'entity_id': index,
+                    'device_id': _placeholder_free(device_id),
+                    'serial': _placeholder_free(serials.get(str(index))),
+                })
+            return out
+    return out
+
+
+def _parse_single(data):
+    """Parse one (non-iterated) diag document object."""
+    if KEY_V4 in data:
+        schema, key = '4', KEY_V4
+    elif KEY_V3 in data:
+        schema, key = '3', KEY_V3
+    else:
+        keys = _describe_keys(data)
+        diag_like = any('diag' in str(k).lower() for k in data) or \
+            any(k in data for k in ('test_categories', 'metadata', 'entity_groups', 'tests'))
+        if diag_like:
+            raise DcgmParseError('unknown dcgmi diag JSON schema: expected the top-level key %r (DCGM 4.x) or %r '
+                                 '(DCGM 3.x); top-level keys found: %s' % (KEY_V4, KEY_V3, keys))
+        raise DcgmParseError('not a dcgmi diag document: expected the top-level key %r (DCGM 4.x) or %r '
+                             '(DCGM 3.x); top-level keys found: %s' % (KEY_V4, KEY_V3, keys))
+    root = data.get(key)
+    if root is None:
+        root = {}
+    if not isinstance(root, dict):
+        raise DcgmParseError('unknown dcgmi diag JSON schema: %r holds a %s, not an object' % (key, type(root).__name__))
+
+    metadata = data.get('metadata') if isinstance(data.get('metadata'), dict) else {}
+    root_meta = root.get('metadata') if isinstance(root.get('metadata'), dict) else {}
+    version = _first_scalar(metadata.get('version'), metadata.get('DCGM Version'), root_meta.get('version'),
+                            data.get('version'), root.get('version'), data.get('DCGM Version'), root.get('DCGM Version'))
+    driver = _first_scalar(metadata.get('Driver Version Detected'), metadata.get('driver_version'),
+                           root_meta.get('Driver Version Detected'), data.get('Driver Version Detected'),
+                           root.get('Driver Version Detected'), data.get('driver_version'), root.get('driver_version'))
+    runtime_error = _first_scalar(root.get('runtime_error'), data.get('runtime_error'))
+
+    categories = root.get('test_categories')
+    if categories is None:
+        hoisted = root.get('tests', data.get('tests'))
+        categories = [{'category': None, 'tests': hoisted}] if hoisted is not None else []
+    if not isinstance(categories, list):
+        raise DcgmParseError('unknown dcgmi diag JSON schema: "test_categories" is a %s, not an array; keys inside %r: %s'
+                             % (type(categories).__name__, key, _describe_keys(root)))
+
+    tests = []
+    for category in categories:
+        if not isinstance(category, dict):
+            continue
+        name = _first_scalar(category.get('category'), category.get('name'))
+        for test in _as_list(category.get('tests')):
+            parsed = _parse_test(test, name)
+            if parsed is not None:
+                tests.append(parsed)
+
+    if not any(test['results'] for test in tests):
+        if runtime_error is not None:
+            raise DcgmRuntimeError('dcgmi diag could not run the diagnostic: %s' % runtime_error,
+                                   runtime_error=runtime_error, dcgm_version=version)
+        raise DcgmParseError('dcgmi diag document without any test result (keys inside %r: %s)'
+                             % (key, _describe_keys(root)))
+    if runtime_error is not None:
+        tests.append({
+            'name': 'runtime_error', 'category': None, 'status': 'fail', 'messages': [runtime_error],
+            '_summary_warnings': [runtime_error],
+            'results': [{'gpu': None, 'entity_group': None, 'entity_id': None, 'status': 'fail',
+                         'messages': [runtime_error], '_warnings': [runtime_error]}],
+        })
+    return schema, version, driver, runtime_error, tests, _entities(data, root)
+
+
+def parse_diag_json(text):
+    """Parse the JSON document printed by ``dcgmi diag -j`` (DCGM 3.x or 4.x).
+
+    ``text`` may be str or bytes (or an already decoded dict); text printed before the document is
+    skipped.  Returns::
+
+        {'schema': '3'|'4', 'dcgm_version': str|None, 'driver_version': str|None,
+         'passed': bool, 'summary': {'pass': n, 'fail': n, 'warn': n, 'skip': n},
+         'tests': [{'name', 'category', 'status', 'results': [{'gpu', 'entity_group', 'entity_id',
+                    'status', 'messages'}], 'messages'}],
+         'failures': [{'test', 'gpu', 'message'}],
+         'runtime_error': str|None, 'entities': [{'entity_group', 'entity_id', 'device_id', 'serial'}]}
+
+    Statuses are normalised to ``pass``/``fail``/``warn``/``skip``; a 3.x result covering several GPUs
+    (``"gpu_ids": "0,1,2"``) becomes one result per GPU; ``gpu`` is None for system-wide results.  A test
+    whose ``test_summary`` is worse than all its entity results gets one extra system-wide result with
+    the summary's status, so ``passed`` is True exactly when no result is ``fail`` and ``failures`` holds
+    one entry per failed result.  ``summary`` counts results.
+
+    Raises ``DcgmParseError`` for malformed, truncated or unknown input and ``DcgmRuntimeError`` (a
+    ``DcgmParseError``) for a document that only reports that the diagnostic could not run.
+    """
+    data = _load_json(text)
+    if not isinstance(data, dict):
+        raise DcgmParseError('not a dcgmi diag document: the top-level JSON value is a %s, expected an object '
+                             'with the key %r (DCGM 4.x) or %r (DCGM 3.x)' % (type(data).__name__, KEY_V4, KEY_V3))
+
+    iterations = data.get('iterations')
+    if isinstance(iterations, list) and KEY_V3 not in data and KEY_V4 not in data:
+        return _parse_iterations(data, iterations)
+
+    schema, version, driver, runtime_error, tests, entities = _parse_single(data)
+    return _finish(tests, schema, version, driver, runtime_error, entities)
+
+
+def _parse_iterations(data, iterations):
+    """``dcgmi diag --iterations N -j``: ``{"iterations": [doc, ...], "Overall Result": ...}``."""
+    schema = version = driver = runtime_error = None
+    entities = []
+    tests = []
+    errors = []
+    for number, item in enumerate(iterations, 1):
+        if not isinstance(item, dict) or not item:
+            continue
+        try:
+            parsed = _parse_single(item)
+        except DcgmParseError as exc:
+            errors.append('iteration %d: %s' % (number, exc))
+            continue
+        schema = schema or parsed[0]
+        version = version or parsed[1]
+        driver = driver or parsed[2]
+        runtime_error = runtime_error or parsed[3]
+        entities = entities or parsed[5]
+        for test in parsed[4]:
+            test['iteration'] = number
+            tests.append(test)
+    overall, _note = _status(data.get('Overall Result'))
+    warning = _first_scalar(data.get('warning'), data.get('Warning'))
+    if not tests:
+        detail = '; '.join(errors) or warning or 'no iteration holds test results'
+        raise DcgmParseError('dcgmi diag --iterations document without any test result: %s' % detail)
+    if data.get('Overall Result') is not None and overall == 'fail' and \
+            not any(r['status'] == 'fail' for t in tests for r in t['results']):
+        message = warning or 'dcgmi reported "Overall Result": %s' % data.get('Overall Result')
+        tests.append({
+            'name': 'Overall Result', 'category': None, 'status': 'fail', 'messages': [message],
+            '_summary_warnings': [message],
+            'results': [{'gpu': None, 'entity_group': None, 'entity_id': None, 'status': 'fail',
+                         'messages': [message], '_warnings': [message]}],
+        })
+    result = _finish(tests, schema, version, driver, runtime_error, entities)
+    result['iterations'] = len(iterations)
+    return result
+
+
+# --------------------------------------------------------------------------- text tables
+
+_TABLE_ROW_RE = re.compile(r'^\|\s?(.*?)\s*\|\s?(.*?)\s*\|\s*$')
+_SECTION_RE = re.compile(r'^[|+]-+\s+([A-Za-z][A-Za-z /]*?)\s+-+\+')
+_GPU_LINE_RE = re.compile(r'^(GPU|CPU|GPU_I|Switch|Link)\s*(\d+)\s*:\s*(.+)$', re.IGNORECASE)
+_GROUP_RE = re.compile(r'^(Pass|Fail|Warn|Skip)\s*-\s*GPUs?\s*:\s*([\d,\s]+)$', re.IGNORECASE)
+_ALL_RE = re.compile(r'^(Pass|Fail|Warn|Skip)\s*-\s*All$', re.IGNORECASE)
+_DETAIL_LABEL_RE = re.compile(r'^(Warning|Error|Info)(?:\s*:\s*(GPU|CPU)\s*(\d+))?$', re.IGNORECASE)
+_META_LABELS = {
+    'dcgm version': 'version',
+    'driver version detected': 'driver',
+}
+
+
+def _table_rows(text):
+    """Yield ('section', name) and ('row', name, value) items of every table in ``text``."""
+    for line in text.splitlines():
+        line = line.rstrip()
+        section = _SECTION_RE.match(line)
+        if section:
+            yield ('section', section.group(1).strip())
+            continue
+        if line.startswith('+') or line.startswith('|='):
+            if line.startswith('+-') and not section and set(line) <= set('+-'):
+                yield ('border',)
+            continue
+        row = _TABLE_ROW_RE.match(line)
+        if row:
+            yield ('row', row.group(1).strip(), row.group(2).strip())
+
+
+def _split_tables(text):
+    """Split ``text`` into tables (each starting at a ``| Diagnostic | Result |`` header)."""
+    tables = []
+    current = None
+    for line in text.splitlines():
+        if re.match(r'^\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$', line.rstrip()):
+            current = []
+            tables.append(current)
+            continue
+        if current is not None:
+            current.append(line)
+    return ['\n'.join(lines) for lines in tables]
+
+
+def _text_table(table):
+    """Parse one text table -> (version, driver, tests, layout)."""
+    version = driver = None
+    category = None
+    tests = []
+    test = None
+    pending = None  # (label, gpu) of a Warning/Info row being continued
+    layout = '3'
+    for item in _table_rows(table):
+        if item[0] == 'section':
+            category = item[1]
+            test = None
+            pending = None
+            continue
+        if item[0] != 'row':
+            continue
+        name, value = item[1], item[2]
+        if category is not None and category.lower() == 'metadata':
+            key = _META_LABELS.get(name.lower())
+            if key == 'version':
+                version = value or None
+            elif key == 'driver':
+                driver = value or None
+            continue
+        if name:
+            label = _DETAIL_LABEL_RE.match(name)
+            if label and test is not None:
+                gpu = int(label.group(3)) if label.group(3) else None
+                pending = [label.group(1).lower(), gpu, value]
+                test['_details'].append(pending)
+                continue
+            status = normalize_status(value)
+            test = {'name': name, 'category': category, 'raw': value, 'status': status,
+                    'entities': [], '_details': []}
+            tests.append(test)
+            pending = None
+            group = _GROUP_RE.match(value)
+            if group:
+                test['entities'].extend((int(g), normalize_status(group.group(1)))
+                                        for g in re.findall(r'\d+', group.group(2)))
+            continue
+        if test is None:
+            continue
+        # continuation row (empty name column)
+        entity = _GPU_LINE_RE.match(value)
+        group = _GROUP_RE.match(value)
+        if entity:
+            layout = '4'
+            kind = entity.group(1).upper()
+            test['entities'].append((int(entity.group(2)) if kind == 'GPU' else None, normalize_status(entity.group(3)),
+                                     kind, int(entity.group(2))))
+            pending = None
+        elif group:
+            test['entities'].extend((int(g), normalize_status(group.group(1)))
+                                    for g in re.findall(r'\d+', group.group(2)))
+            pending = None
+        elif pending is not None:
+            pending[2] += value
+    return version, driver, tests, layout
+
+
+def _text_results(test):
+    warnings = [d[2].strip() for d in test['_details'] if d[0] in ('warning', 'error') and d[2].strip()]
+    info = [d[2].strip() for d in test['_details'] if d[0] == 'info' and d[2].strip()]
+    results = []
+    for entity in test['entities']:
+        if len(entity) == 4:
+            gpu, status, group, entity_id = entity
+        else:
+            gpu, status = entity
+            group, entity_id = 'GPU', gpu
+        per = [d[2].strip() for d in test['_details'] if d[1] is not None and d[1] == entity_id and d[2].strip()]
+        mine = per or ([] if any(d[1] is not None for d in test['_details']) else warnings + info)
+        results.append({'gpu': gpu, 'entity_group': group, 'entity_id': entity_id,
+                        'status': status or 'warn', 'messages': mine})
+    if not results:
+        status = test['status'] or ('skip' if not test['raw'] else 'warn')
+        results.append({'gpu': None, 'entity_group': None, 'entity_id': None, 'status': status,
+                        'messages': warnings + info})
+    elif test['status'] is not None and _RANK[test['status']] > _RANK[_worst(r['status'] for r in results)]:
+        results.append({'gpu': None, 'entity_group': None, 'entity_id': None, 'status': test['status'],
+                        'messages': warnings + info})
+    return results, warnings
+
+
+def parse_diag_text(text):
+    """Parse the text table printed by ``dcgmi diag`` (without ``-j``), DCGM 3.x or 4.x layout.
+
+    Returns the structure of :func:`parse_diag_json`.  3.x tables aggregate GPUs (``Pass - All``,
+    ``Fail - GPU: 0``); ``Pass - All`` and plain Deployment rows yield one system-wide result (gpu None)
+    because the table does not list the GPUs.  4.x tables list one ``GPUn: Status`` row per GPU.  When
+    several tables are present (``srun``/``pdsh`` output), each is parsed and the tests are
+    concatenated with a ``table`` index.  Raises ``DcgmParseError`` when no table is found.
+    """
+    text = _to_text(text)
+    tables = _split_tables(text)
+    if not tables:
+        if text.strip().startswith('{'):
+            raise DcgmParseError('not a dcgmi diag text table: this looks like JSON, use parse_diag_json')
+        raise DcgmParseError('not a dcgmi diag text table: no "| Diagnostic | Result |" header found')
+    version = driver = None
+    schema = None
+    tests = []
+    for number, table in enumerate(tables, 1):
+        t_version, t_driver, t_tests, layout = _text_table(table)
+        version = version or t_version
+        driver = driver or t_driver
+        if schema is None:
+            schema = layout
+        for raw in t_tests:
+            results, warnings = _text_results(raw)
+            test = {'name': raw['name'], 'category': raw['category'],
+                    'status': _worst(r['status'] for r in results), 'results': results, 'messages': [],
+                    '_summary_warnings': warnings}
+            if len(tables) > 1:
+                test['table'] = number
+            tests.append(test)
+    if version is not None and version.split('.')[0].isdigit():
+        schema = '4' if int(version.split('.')[0]) >= 4 else '3'
+    if not tests:
+        raise DcgmParseError('dcgmi diag text table without any test row')
+    result = _finish(tests, schema or '3', version, driver, None, [])
+    if len(tables) > 1:
+        result['tables'] = len(tables)
+    return result
+
+
+# --------------------------------------------------------------------------- version banner
+
+_SECTION_HOSTENGINE_RE = re.compile(r'^host\s*engine\s+build\s+info\s*:?\s*$', re.IGNORECASE)
+_SECTION_LOCAL_RE = re.compile(r'^(?:local|client|dcgmi)\s+build\s+info\s*:?\s*$', re.IGNORECASE)
+_BANNER_KV_RE = re.compile(r'^([A-Za-z][A-Za-z0-9 _.-]*?)\s*:\s*(.*?)\s*$')
+_VERSION_RE = re.compile(r'\d+(?:\.\d+)+(?:[-+~][0-9A-Za-z.]+)?')
+
+
+def parse_version_banner(text):
+    """Parse ``dcgmi -v`` / ``dcgmi --version`` output.
+
+    Returns ``{'version', 'build_id', 'hostengine_version', 'hostengine_build_id', 'build_date',
+    'commit_id', 'branch_name', 'client', 'hostengine'}``: the dcgmi (client) build and, when
+    ``Hostengine build info:`` is printed, the host engine's.  ``client``/``hostengine`` hold every
+    ``Key : Value`` line with lower-cased keys (``hostengine`` is None when no host engine answered).
+    Values that are absent are None; nothing is raised for unexpected text.
+    """
+    text = _to_text(text)
+    sections = {'client': {}, 'hostengine': None}
+    current = 'client'
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if not line:
+            continue
+        if _SECTION_HOSTENGINE_RE.match(line):
+            current = 'hostengine'
+            sections['hostengine'] = {}
+            continue
+        if _SECTION_LOCAL_RE.match(line):
+            current = 'client'
+            continue
+        match = _BANNER_KV_RE.match(line)
+        if match:
+            key = re.sub(r'\s+', ' ', match.group(1).strip().lower())
+            value = match.group(2).strip()
+            if not value:
+                continue
+            if key != 'version' and key.endswith(' version') and 'version' not in sections[current]:
+                # TCLAP style: "dcgmi  version: 3.3.1"
+                found = _VERSION_RE.search(value)
+                if found and key.split(' ')[0] in ('dcgmi', 'dcgm', 'nv-hostengine', 'hostengine'):
+                    sections[current]['version'] = found.group(0)
+            sections[current].setdefault(key, value)
+    client = sections['client']
+    hostengine = sections['hostengine']
+    engine = hostengine or {}
+    return {
+        'version': client.get('version'),
+        'build_id': client.get('build id'),
+        'hostengine_version': engine.get('version'),
+        'hostengine_build_id': engine.get('build id'),
+        'build_date': client.get('build date'),
+        'commit_id': client.get('commit id'),
+        'branch_name': client.get('branch name'),
+        'client': client,
+        'hostengine': hostengine,
+    }
+
+
+# --------------------------------------------------------------------------- failures
+
+# dcgmReturn_t values (dcgm_structs.h) that dcgmi returns as its exit status (value & 0xff).
+_RC_REASONS = {
+    -21: 'hostengine_unreachable',  # DCGM_ST_CONNECTION_NOT_VALID
+    -34: 'gpus_busy',  # DCGM_ST_IN_USE
+    -39: 'gpus_busy',  # DCGM_ST_DIAG_ALREADY_RUNNING
+    -54: 'gpus_busy',  # DCGM_ST_PAUSED
+    -6: 'not_supported',  # DCGM_ST_NOT_SUPPORTED
+    -22: 'not_supported',  # DCGM_ST_GPU_NOT_SUPPORTED
+    -23: 'not_supported',  # DCGM_ST_GROUP_INCOMPATIBLE
+    -44: 'not_supported',  # DCGM_ST_INSUFFICIENT_DRIVER_VERSION
+    -11: 'diag_failed',  # DCGM_ST_TIMEOUT
+    -30: 'diag_failed',  # DCGM_ST_NVVS_ERROR
+    -40: 'diag_failed',  # DCGM_ST_DIAG_BAD_JSON
+    -41: 'diag_failed',  # DCGM_ST_DIAG_BAD_LAUNCH
+    -43: 'diag_failed',  # DCGM_ST_DIAG_THRESHOLD_EXCEEDED
+    -50: 'diag_failed',  # DCGM_ST_PLUGIN_EXCEPTION
+    -51: 'diag_failed',  # DCGM_ST_NVVS_ISOLATE_ERROR
+    -53: 'diag_failed',  # DCGM_ST_NVVS_KILLED
+}
+
+# errorString() texts (dcgmlib) for the codes above, used when dcgmi printed nothing.
+_RC_TEXT = {
+    -6: 'Feature not supported',
+    -11: 'Timeout',
+    -21: 'Host engine connection invalid/disconnected',
+    -22: 'This GPU is not supported by DCGM',
+    -23: 'The GPUs of this group are incompatible with each other for the requested operation',
+    -30: 'DCGM GPU Diagnostic returned an error',
+    -34: 'The requested operation could not be completed because the affected resource is in use',
+    -39: 'A diag instance is already running, cannot run a new diag until the current one finishes',
+    -40: 'The GPU Diagnostic returned Json that cannot be parsed.',
+    -41: 'Error while launching the GPU Diagnostic.',
+    -43: 'A field value met or exceeded the error threshold.',
+    -44: 'The installed driver version is insufficient for this API',
+    -50: 'Exception thrown from a diagnostic plugin',
+    -51: 'The diagnostic returned an error that indicates the need to drain the GPU',
+    -53: 'The NVVS process was killed by a signal',
+    -54: 'The hostengine and all modules are paused',
+}
+
+_FAILURE_PATTERNS = (
+    ('hostengine_unreachable', re.compile(
+        r'unable to establish a connection to the specified host'
+        r'|unable to connect to host ?engine'
+        r'|host ?engine connection (?:is )?invalid'
+        r'|connection to the host ?engine is not valid'
+        r'|unable to start an embedded host ?engine'
+        r'|error connecting to nv-hostengine'
+        r'|DCGM_ST_CONNECTION_NOT_VALID', re.IGNORECASE)),
+    ('gpus_busy', re.compile(
+        r'affected resource is in use'
+        r'|resource (?:is )?in use'
+        r'|a diag instance is already running'
+        r'|diag(?:nostic)? (?:is )?already running'
+        r'|in use by another (?:process|client|user)'
+        r'|\bGPUs? (?:is|are) (?:busy|in use)'
+        r'|busy or unavailable'
+        r'|could not be run while DCGM is paused'
+        r'|modules are paused'
+        r'|DCGM_ST_IN_USE|DCGM_ST_DIAG_ALREADY_RUNNING|DCGM_ST_PAUSED', re.IGNORECASE)),
+    ('not_supported', re.compile(
+        r'recommended driver is not being used'
+        r'|feature not supported'
+        r'|not supported by DCGM'
+        r'|unsupported GPU'
+        r'|homogeneous group of GPUs'
+        r'|incompatible with each other'
+        r'|driver version is insufficient'
+        r'|not supported on this (?:device|GPU|platform|system)'
+        r'|DCGM_ST_NOT_SUPPORTED|DCGM_ST_GPU_NOT_SUPPORTED|DCGM_ST_GROUP_INCOMPATIBLE', re.IGNORECASE)),
+    ('diag_failed', re.compile(
+        r'unable to complete diagnostic'
+        r'|DCGM GPU Diagnostic returned an error'
+        r'|indicates the need (?:to drain|for isolation)'
+        r'|error while launching the (?:DCGM )?GPU Diagnostic'
+        r'|returned JSON that cannot be parsed'
+        r'|NVVS (?:process )?was killed'
+        r'|could not stop the launched diagnostic'
+        r'|exception thrown from a diagnostic plugin'
+        r'|met or exceeded the error threshold'
+        r'|DCGM_ST_NVVS_ERROR|DCGM_ST_NVVS_ISOLATE_ERROR|DCGM_ST_DIAG_BAD_LAUNCH|DCGM_ST_TIMEOUT', re.IGNORECASE)),
+)
+
+
+def _dcgm_code(rc):
+    """dcgmReturn_t from a process exit status (dcgmi exits with the negative code & 0xff)."""
+    if isinstance(rc, bool) or not isinstance(rc, int):
+        try:
+            rc = int(str(rc).strip())
+        except (TypeError, ValueError):
+            return None
+    if rc < 0:
+        return rc
+    if 128 < rc < 256:
+        return rc - 256
+    return None
+
+
+def _output_lines(*texts):
+    lines = []
+    for text in texts:
+        for line in _to_text(text).splitlines():
+            line = line.strip()
+            if line and line not in lines:
+                lines.append(line)
+    return lines
+
+
+def classify_failure(rc, stdout, stderr):
+    """Classify a ``dcgmi diag`` run whose output is not a usable diag document.
+
+    Returns ``{'reason', 'message', 'dcgm_status'}``; ``reason`` is one of ``hostengine_unreachable``,
+    ``gpus_busy``, ``not_supported``, ``diag_failed`` or ``dcgmi_failed`` and ``message`` is the tool's
+    own lines that led to it (a JSON ``runtime_error`` included).  ``dcgm_status`` is the DCGM return
+    code decoded from the exit status (dcgmi exits with ``dcgmReturn_t & 0xff``, e.g. 226 = -30
+    ``DCGM_ST_NVVS_ERROR``), or None.  A parseable document with failed tests gives ``diag_failed``.
+    """
+    out = _to_text(stdout)
+    err = _to_text(stderr)
+    code = _dcgm_code(rc)
+    runtime_lines = []
+    document_failures = None
+    if '{' in out:
+        try:
+            parsed = parse_diag_json(out)
+        except DcgmRuntimeError as exc:
+            runtime_lines = _output_lines(exc.runtime_error)
+        except DcgmParseError:
+            pass
+        else:
+            if parsed['failures']:
+                document_failures = parsed['failures']
+    if document_failures:
+        message = '\n'.join('%s%s: %s' % (f['test'], '' if f['gpu'] is None else ' (GPU %s)' % f['gpu'], f['message'])
+                            for f in document_failures)
+        return {'reason': 'diag_failed', 'message': message, 'dcgm_status': code}
+
+    plain_out = out if not runtime_lines else ''
+    lines = runtime_lines + _output_lines(err, plain_out)
+    for reason, pattern in _FAILURE_PATTERNS:
+        matched = [line for line in lines if pattern.search(line)]
+        if matched:
+            return {'reason': reason, 'message': '\n'.join(matched), 'dcgm_status': code}
+    if runtime_lines:
+        return {'reason': 'diag_failed', 'message': '\n'.join(runtime_lines), 'dcgm_status': code}
+
+    error_lines = [line for line in lines if re.match(r'(?i)^(?:error|err)\b', line)]
+    reason = _RC_REASONS.get(code, 'dcgmi_failed')
+    if error_lines:
+        message = '\n'.join(error_lines)
+    elif lines:
+        message = '\n'.join(lines[-5:])
+    elif code in _RC_TEXT:
+        message = 'dcgmi exited with status %s (%s) and printed nothing' % (rc, _RC_TEXT[code])
+    else:
+        message = 'dcgmi exited with status %s and printed nothing' % (rc,)
+    return {'reason': reason, 'message': message, 'dcgm_status': code}
+
+
+# --------------------------------------------------------------------------- argv
+
+def _check_text_arg(value, what):
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError('%s must be a non-empty string, got %r' % (what, value))
+    if any(char in value for char in '\x00\n\r'):
+        raise ValueError('%s must not contain NUL or newline characters: %r' % (what, value))
+    return value
+
+
+def _run_value(run):
+    if isinstance(run, bool):
+        raise ValueError('run must be a level 1-4 or test name(s), got %r' % (run,))
+    if isinstance(run, int):
+        if not 1 <= run <= 4:
+            raise ValueError('run level must be between 1 and 4, got %r' % (run,))
+        return str(run)
+    if isinstance(run, str):
+        names = run.split(',')
+    elif isinstance(run, (list, tuple)):
+        names = []
+        for item in run:
+            if isinstance(item, bool) or not isinstance(item, (str, int)):
+                raise ValueError('invalid test name %r in run %r' % (item, run))
+            names.extend(str(item).split(','))
+    else:
+        raise ValueError('run must be a level 1-4, a test name, or a list of test names, got %r' % (run,))
+    names = [name.strip() for name in names]
+    if not names or not any(names):
+        raise ValueError('run must name at least one test or a level 1-4, got %r' % (run,))
+    for name in names:
+        if not name or not _TEST_NAME_RE.match(name):
+            raise ValueError('invalid test name %r in run %r (allowed: letters, digits, "_", " ", ".", "-")' % (name, run))
+    if len(names) == 1 and names[0].isdigit():
+        level = int(names[0])
+        if not 1 <= level <= 4:
+            raise ValueError('run level must be between 1 and 4, got %r' % (run,))
+        return str(level)
+    for name in names:
+        if name.isdigit():
+            raise ValueError('run level %r cannot be combined with test names in %r' % (name, run))
+    return ','.join(names)
+
+
+def _gpu_list(gpus):
+    if isinstance(gpus, bool):
+        raise ValueError('gpus must be a list of GPU indexes, got %r' % (gpus,))
+    if isinstance(gpus, int):
+        gpus = [gpus]
+    elif isinstance(gpus, str):
+        gpus = [item.strip() for item in gpus.split(',') if item.strip()]
+    elif not isinstance(gpus, (list, tuple)):
+        raise ValueError('gpus must be a list of GPU indexes, got %r' % (gpus,))
+    out = []
+    for gpu in gpus:
+        number = None if isinstance(gpu, bool) else _as_int(gpu)
+        if number is None:
+            raise ValueError('invalid GPU index %r in gpus %r (expected integers >= 0)' % (gpu, gpus))
+        if number not in out:
+            out.append(number)
+    return ','.join(str(number) for number in out)
+
+
+def _param_value(value, name):
+    if isinstance(value, bool):
+        return 'true' if value else 'false'
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str) and _PARAM_VALUE_RE.match(value):
+        return value
+    raise ValueError('invalid value %r for parameter %r (allowed: letters, digits, " _.,:/+@%%-"; no ";" or "=")'
+                     % (value, name))
+
+
+def build_diag_argv(dcgmi_path, run, config=None, gpus=None, timeout=None, parameters=None):
+    """Argument list for ``dcgmi diag -r <run> [...] -j`` (never a shell string).
+
+    ``run``: level 1-4 (int or digit string) or test names (comma-separated string or list, each
+    matching ``^[A-Za-z0-9_ .-]+$``); ``config`` -> ``-c FILE``; ``gpus`` (list of ints) -> ``-i 0,1``;
+    ``timeout`` (seconds, int >= 1) -> ``--timeout N``; ``parameters`` (dict) -> ``-p name=value;...``.
+    Raises ``ValueError`` naming the bad value.
+    """
+    argv = [_check_text_arg(dcgmi_path, 'dcgmi_path'), 'diag', '-r', _run_value(run)]
+    if config is not None:
+        argv.extend(['-c', _check_text_arg(config, 'config')])
+    if gpus is not None:
+        gpu_list = _gpu_list(gpus)
+        if gpu_list:
+            argv.extend(['-i', gpu_list])
+    if timeout is not None:
+        seconds = None if isinstance(timeout, bool) else _as_int(timeout)
+        if seconds is None or seconds < 1:
+            raise ValueError('timeout must be a whole number of seconds >= 1, got %r' % (timeout,))
+        argv.extend(['--timeout', str(seconds)])
+    if parameters:
+        if not isinstance(parameters, dict):
+            raise ValueError('parameters must be a dict of name: value, got %r' % (parameters,))
+        pairs = []
+        for name in sorted(parameters, key=str):
+            if not isinstance(name, str) or not _PARAM_NAME_RE.match(name):
+                raise ValueError('invalid parameter name %r (allowed: letters, digits, "_", " ", ".", "-")' % (name,))
+            pairs.append('%s=%s' % (name, _param_value(parameters[name], name)))
+        argv.extend(['-p', ';'.join(pairs)])
+    argv.append('-j')
+    return argv

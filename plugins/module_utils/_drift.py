@@ -1,0 +1,294 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Compare a node's GPU facts (``gpu_facts``) with the pinned stack.
+
+Pure logic, no Ansible import.  The pin is a mapping of component name to the
+pinned version; an empty value means "not pinned".  ``vbios`` may be a single
+version for every GPU or a mapping of GPU model (``product_name``) to version.
+
+The result always has ``status`` (``in_sync`` / ``drifted`` / ``broken``) and
+``drift`` (component -> {expected, actual}, per GPU for VBIOS and GSP
+firmware).  A node whose facts say ``broken`` is reported broken with an empty
+``drift``: a failed ``nvidia-smi`` is not a version.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._versions import VersionError, compare, matches_pin
+
+# Component names, in the order the stack is applied and reported.
+COMPONENTS = (
+    'kernel',
+    'driver',
+    'cuda_driver',
+    'gsp_firmware',
+    'vbios',
+    'fabric_manager',
+    'container_toolkit',
+    'dcgm',
+    'cuda_toolkit',
+)
+
+# Packages whose installed version stands for a component, most specific first.
+# Debian names come from NVIDIA's CUDA repository; RHEL names from its dnf repository.
+COMPONENT_PACKAGES = {
+    'container_toolkit': ('nvidia-container-toolkit', 'nvidia-container-toolkit-base'),
+    'dcgm': ('datacenter-gpu-manager-4-core', 'datacenter-gpu-manager-4', 'datacenter-gpu-manager'),
+}
+# When no package is installed (a tarball or container install), the tool's own banner: (tools key, source).
+COMPONENT_BANNERS = {
+    'container_toolkit': ('nvidia_ctk', 'nvidia-ctk --version'),
+    'dcgm': ('dcgm', 'dcgmi --version'),
+    'fabric_manager': ('fabric_manager', 'nv-fabricmanager --version'),
+}
+FABRIC_MANAGER_PREFIX = 'nvidia-fabricmanager'
+
+STATUS_IN_SYNC = 'in_sync'
+STATUS_DRIFTED = 'drifted'
+STATUS_BROKEN = 'broken'
+
+
+class DriftError(ValueError):
+    """A pin or facts document that cannot be compared."""
+
+
+def normalize_pin(pin):
+    """Return the pin with every known component present (None = not pinned).
+
+    Raises DriftError naming an unknown component and listing the valid ones.
+    """
+    if pin is None:
+        pin = {}
+    if not isinstance(pin, dict):
+        raise DriftError('the pin must be a mapping of component to version, got %s' % type(pin).__name__)
+    unknown = sorted(str(key) for key in pin if key not in COMPONENTS)
+    if unknown:
+        raise DriftError('unknown pin component(s) %s; valid components: %s' % (', '.join(unknown), ', '.join(COMPONENTS)))
+    result = {}
+    for component in COMPONENTS:
+        value = pin.get(component)
+        if component == 'vbios' and isinstance(value, dict):
+            models = dict((str(model), _clean(version)) for model, version in value.items())
+            result[component] = dict((model, version) for model, version in models.items() if version) or None
+        elif isinstance(value, (dict, list)):
+            raise DriftError('pin component %s must be a version string, got a %s' % (component, type(value).__name__))
+        else:
+            result[component] = _clean(value)
+    return result
+
+
+def _clean(value):
+    """A pinned value as a string, or None when empty."""
+    if value is None:
+        return None
+    value = str(value).strip()
+    return value or None
+
+
+def _dotted_prefix(actual, pinned):
+    """True when ``actual`` equals ``pinned`` or extends it at a dot or dash boundary."""
+    if actual is None:
+        return False
+    return actual == pinned or actual.startswith(pinned + '.') or actual.startswith(pinned + '-')
+
+
+def _package(facts, names):
+    """(name, version) of the first installed package among ``names``."""
+    packages = facts.get('packages') or {}
+    for name in names:
+        if name in packages and packages[name]:
+            return name, packages[name]
+    return None, None
+
+
+def _fabric_manager_package(facts):
+    """(name, version) of the installed Fabric Manager package (branch-suffixed on Debian)."""
+    packages = facts.get('packages') or {}
+    names = sorted(name for name in packages if name == FABRIC_MANAGER_PREFIX or name.startswith(FABRIC_MANAGER_PREFIX + '-'))
+    names = [name for name in names if not name.startswith(FABRIC_MANAGER_PREFIX + '-dev')]
+    if names:
+        return names[-1], packages[names[-1]]
+    return None, None
+
+
+def _version_matches(actual, pinned, scheme):
+    """Package-manager-exact match, falling back to the dotted prefix rule for tool banners."""
+    if actual is None:
+        return False
+    try:
+        return matches_pin(actual, pinned, scheme)
+    except VersionError:
+        return _dotted_prefix(actual, pinned)
+
+
+def _scalar(expected, actual, matched, source=None):
+    entry = {'expected': expected, 'actual': actual}
+    if source:
+        entry['source'] = source
+    return None if matched else entry
+
+
+def _per_gpu(facts, field, expected_for):
+    """Per-GPU drift of ``field``; ``expected_for(gpu)`` returns the pinned value or None."""
+    drift = {}
+    for gpu in facts.get('gpus') or []:
+        expected = expected_for(gpu)
+        if expected is None:
+            continue
+        actual = gpu.get(field)
+        if actual != expected:
+            drift[str(gpu.get('index'))] = {
+                'model': gpu.get('name'),
+                'uuid': gpu.get('uuid'),
+                'expected': expected,
+                'actual': actual,
+            }
+    return drift
+
+
+def _vbios_expected(pinned):
+    if isinstance(pinned, dict):
+        return lambda gpu: pinned.get(gpu.get('name') or '')
+    return lambda gpu: pinned
+
+
+def component_actual(facts, component):
+    """The actual value of a scalar component as (value, source)."""
+    tools = facts.get('tools') or {}
+    if component == 'kernel':
+        return facts.get('kernel'), 'uname'
+    if component == 'driver':
+        return facts.get('driver_version'), 'nvidia-smi'
+    if component == 'cuda_driver':
+        return facts.get('cuda_driver_version'), 'nvidia-smi'
+    if component == 'cuda_toolkit':
+        if tools.get('nvcc'):
+            return tools['nvcc'], 'nvcc --version'
+        return _cuda_toolkit_from_packages(facts.get('packages') or {}, facts.get('package_manager') or 'dpkg'), 'cuda-toolkit package'
+    if component == 'fabric_manager':
+        name, version = _fabric_manager_package(facts)
+    elif component in COMPONENT_PACKAGES:
+        name, version = _package(facts, COMPONENT_PACKAGES[component])
+    else:
+        raise DriftError('component %s has no scalar value' % component)
+    if name:
+        return version, name
+    key, source = COMPONENT_BANNERS[component]
+    return tools.get(key), source
+
+
+def _cuda_toolkit_from_packages(packages, scheme):
+    """Newest cuda-toolkit-X-Y package as "X.Y" (its package version is X.Y.Z-R)."""
+    best = None
+    for name, version in packages.items():
+        parts = name.split('-')
+        if len(parts) == 4 and parts[:2] == ['cuda', 'toolkit'] and parts[2].isdigit() and parts[3].isdigit():
+            candidate = version or '%s.%s' % (parts[2], parts[3])
+            if best is None or _compare_or_zero(candidate, best, scheme) > 0:
+                best = candidate
+    return best
+
+
+def _compare_or_zero(left, right, scheme):
+    try:
+        return compare(left, right, scheme)
+    except VersionError:
+        return 0
+
+
+def _fabric_manager_applies(facts):
+    """Fabric Manager is needed on NVSwitch systems, and checked wherever it is installed."""
+    if facts.get('nvswitch_count'):
+        return True
+    name, dummy = _fabric_manager_package(facts)
+    return bool(name) or bool((facts.get('tools') or {}).get('fabric_manager'))
+
+
+def compute_drift(facts, pin):
+    """Compare ``facts`` (the ``ansible_facts.gpufleet`` mapping) with ``pin``.
+
+    Returns {'status', 'drift', 'checked', 'not_applicable', 'health', 'health_reason', 'message'}.
+    """
+    if not isinstance(facts, dict):
+        raise DriftError('GPU facts must be a mapping (the gpufleet facts from gpufleet.lifecycle.gpu_facts)')
+    pin = normalize_pin(pin)
+    health = facts.get('health')
+    if health not in ('ok', 'broken', 'absent'):
+        raise DriftError('GPU facts have no valid health (got %r): gather them with gpufleet.lifecycle.gpu_facts' % (health,))
+    result = {
+        'health': health,
+        'health_reason': facts.get('health_reason'),
+        'drift': {},
+        'checked': [],
+        'not_applicable': [],
+    }
+    pinned = [component for component in COMPONENTS if pin[component]]
+    if health == 'broken':
+        result['status'] = STATUS_BROKEN
+        result['message'] = 'node is broken (%s): %s' % (facts.get('health_reason'), facts.get('health_message'))
+        result['unverified'] = pinned
+        return result
+
+    scheme = facts.get('package_manager') or 'dpkg'
+    for component in pinned:
+        expected = pin[component]
+        if component in ('vbios', 'gsp_firmware'):
+            if health == 'absent':
+                result['not_applicable'].append(component)
+                continue
+            field = 'vbios_version' if component == 'vbios' else 'gsp_firmware_version'
+            expected_for = _vbios_expected(expected) if component == 'vbios' else (lambda gpu, value=expected: value)
+            per_gpu = _per_gpu(facts, field, expected_for)
+            result['checked'].append(component)
+            if per_gpu:
+                result['drift'][component] = per_gpu
+            continue
+        if component == 'fabric_manager' and not _fabric_manager_applies(facts):
+            result['not_applicable'].append(component)
+            continue
+        actual, source = component_actual(facts, component)
+        if component == 'kernel':
+            matched = _dotted_prefix(actual, expected)
+        elif component in ('driver', 'cuda_driver', 'cuda_toolkit'):
+            matched = _dotted_prefix(actual, expected) or _version_matches(actual, expected, scheme)
+        else:
+            matched = _version_matches(actual, expected, scheme)
+        result['checked'].append(component)
+        entry = _scalar(expected, actual, matched, source)
+        if entry:
+            result['drift'][component] = entry
+    result['status'] = STATUS_DRIFTED if result['drift'] else STATUS_IN_SYNC
+    if result['drift']:
+        result['message'] = 'drifted from the pin: %s' % ', '.join(component for component in COMPONENTS if component in result['drift'])
+    else:
+        result['message'] = 'in sync with the pin (%d component(s) checked)' % len(result['checked'])
+    return result
+
+
+def render_diff(result):
+    """Before/after texts for Ansible's --diff: actual values before, pinned values after."""
+    before = []
+    after = []
+    for component in COMPONENTS:
+        entry = result['drift'].get(component)
+        if entry is None:
+            continue
+        if 'expected' in entry:
+            before.append('%s: %s' % (component, _shown(entry['actual'])))
+            after.append('%s: %s' % (component, _shown(entry['expected'])))
+            continue
+        for index in sorted(entry, key=_index_key):
+            gpu = entry[index]
+            label = '%s[gpu %s %s]' % (component, index, gpu.get('model') or '')
+            before.append('%s: %s' % (label.replace(' ]', ']'), _shown(gpu['actual'])))
+            after.append('%s: %s' % (label.replace(' ]', ']'), _shown(gpu['expected'])))
+    return '\n'.join(before) + ('\n' if before else ''), '\n'.join(after) + ('\n' if after else '')
+
+
+def _index_key(index):
+    return (0, int(index)) if str(index).isdigit() else (1, str(index))
+
+
+def _shown(value):
+    return 'not installed' if value is None else value

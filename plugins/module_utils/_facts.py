@@ -1,0 +1,205 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Assemble the ``gpufleet`` facts from what a node's tools printed.
+
+Pure logic, no Ansible import.  ``gpu_facts`` runs the commands and reads the
+files; ``assemble(raw)`` turns their outputs into the documented, versioned
+facts schema and classifies the node's health:
+
+* ``ok``      nvidia-smi ran and printed a readable document with GPUs;
+* ``broken``  a driver is there but the stack does not work (driver/library
+  version mismatch, cannot talk to the driver, no devices, GPU lost,
+  unreadable output, nvidia-smi missing next to an installed driver);
+* ``absent``  no NVIDIA driver at all.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _dcgm
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _nvidia_smi
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _packages
+
+SCHEMA_VERSION = 1
+
+# Package names that belong to the NVIDIA GPU stack (driver, libraries, Fabric Manager,
+# container toolkit, DCGM, CUDA) in NVIDIA's Debian and RHEL repositories and in distributions.
+NVIDIA_PACKAGE = re.compile(
+    r'^(nvidia|libnvidia|xserver-xorg-video-nvidia|kmod-nvidia|cuda|libcuda|datacenter-gpu-manager|'
+    r'libnccl|nccl|nvlsm|libnvsdm|nv-|imex|nsight)', re.IGNORECASE)
+# Packages whose presence means a host driver is installed.
+DRIVER_PACKAGE = re.compile(
+    r'^(nvidia-driver|cuda-drivers|nvidia-kernel-(open|source|common)|nvidia-dkms|kmod-nvidia|'
+    r'libnvidia-compute|libnvidia-gl|nvidia-open|nvidia-utils|nvidia-kernel-open-dkms|nvidia-headless)', re.IGNORECASE)
+SERVICES = ('nvidia-fabricmanager', 'nvidia-persistenced', 'nvidia-dcgm', 'dcgm')
+
+HEALTH_OK = 'ok'
+HEALTH_BROKEN = 'broken'
+HEALTH_ABSENT = 'absent'
+
+
+def filter_packages(parsed):
+    """Keep the NVIDIA stack's installed packages: ({name: version}, [held names])."""
+    packages = {}
+    held = []
+    for name, info in sorted(parsed.items()):
+        base = name.split(':', 1)[0]
+        if not NVIDIA_PACKAGE.match(base):
+            continue
+        packages[base] = info.get('version')
+        if info.get('held'):
+            held.append(base)
+    return packages, held
+
+
+def parse_systemctl_show(text):
+    """``systemctl show -p LoadState,ActiveState,SubState,UnitFileState UNIT`` -> state dict, None if no such unit."""
+    if not text:
+        return None
+    values = {}
+    for line in text.splitlines():
+        if '=' in line:
+            key, value = line.split('=', 1)
+            values[key.strip()] = value.strip()
+    if values.get('LoadState') in (None, '', 'not-found'):
+        return None
+    return {
+        'active': values.get('ActiveState') or None,
+        'sub': values.get('SubState') or None,
+        'enabled': values.get('UnitFileState') or None,
+    }
+
+
+def module_loaded(proc_modules, name):
+    """True when /proc/modules lists ``name``."""
+    for line in (proc_modules or '').splitlines():
+        if line.split(' ', 1)[0] == name:
+            return True
+    return False
+
+
+def _package_facts(raw):
+    listing = raw.get('packages') or {}
+    manager = listing.get('manager')
+    if not manager:
+        return None, {}, [], None
+    if listing.get('rc') not in (0, None):
+        return manager, {}, [], 'package listing failed (rc=%s): %s' % (listing.get('rc'), (listing.get('stderr') or '').strip())
+    try:
+        if manager == 'dpkg':
+            parsed = _packages.parse_dpkg_query(listing.get('stdout') or '')
+        else:
+            parsed = _packages.parse_rpm_query(listing.get('stdout') or '')
+    except _packages.PackageParseError as exc:
+        return manager, {}, [], 'package listing unreadable: %s' % exc
+    packages, held = filter_packages(parsed)
+    return manager, packages, held, None
+
+
+def _banner(raw, key, parser):
+    text = (raw.get('banners') or {}).get(key)
+    if not text:
+        return None
+    try:
+        return parser(text)
+    except ValueError:
+        return None
+
+
+def _tools(raw):
+    dcgm = _banner(raw, 'dcgmi', _dcgm.parse_version_banner) or {}
+    cli = _banner(raw, 'nvidia-container-cli', _packages.parse_nvidia_container_cli_version) or {}
+    return {
+        'dcgm': dcgm.get('version'),
+        'dcgm_hostengine': dcgm.get('hostengine_version'),
+        'nvidia_ctk': _banner(raw, 'nvidia-ctk', _packages.parse_nvidia_ctk_version),
+        'nvidia_container_cli': cli.get('cli'),
+        'fabric_manager': _banner(raw, 'nv-fabricmanager', _packages.parse_fabricmanager_version),
+        'nvcc': _banner(raw, 'nvcc', _packages.parse_nvcc_version),
+    }
+
+
+def _driver_source(raw, packages):
+    if raw.get('gpu_operator_driver_root'):
+        return 'container'
+    if any(DRIVER_PACKAGE.match(name) for name in packages):
+        return 'host_package'
+    if raw.get('runfile_uninstaller'):
+        return 'runfile'
+    return None
+
+
+def _health(raw, packages, kernel_module_loaded):
+    """(health, reason, message, parsed document or None)."""
+    smi = raw.get('nvidia_smi')
+    if smi is None:
+        if kernel_module_loaded or any(DRIVER_PACKAGE.match(name) for name in packages) or raw.get('gpu_operator_driver_root'):
+            return HEALTH_BROKEN, 'nvidia_smi_missing', 'nvidia-smi was not found on PATH although an NVIDIA driver is installed', None
+        return HEALTH_ABSENT, None, 'no NVIDIA driver is installed (no nvidia-smi, no driver package, no nvidia kernel module)', None
+    rc, stdout, stderr = smi.get('rc'), smi.get('stdout') or '', smi.get('stderr') or ''
+    if rc != 0 or not stdout.strip():
+        failure = _nvidia_smi.classify_failure(rc, stdout, stderr)
+        return HEALTH_BROKEN, failure['reason'], failure['message'], None
+    try:
+        document = _nvidia_smi.parse_xml(stdout)
+    except _nvidia_smi.NvidiaSmiParseError as exc:
+        return HEALTH_BROKEN, 'unparsable', 'nvidia-smi -q -x printed a document that cannot be read: %s' % exc, None
+    if not document['gpu_count']:
+        return HEALTH_BROKEN, 'no_devices', 'nvidia-smi -q -x lists no GPU', document
+    attached = document.get('attached_gpus')
+    if attached is not None and attached > document['gpu_count']:
+        return (HEALTH_BROKEN, 'gpu_lost', 'nvidia-smi reports %d attached GPUs but describes only %d' % (attached, document['gpu_count']),
+                document)
+    lost = _lost_gpu_lines(stderr)
+    if lost:
+        return HEALTH_BROKEN, 'gpu_lost', lost, document
+    return HEALTH_OK, None, None, document
+
+
+def _lost_gpu_lines(stderr):
+    lines = [line.strip() for line in stderr.splitlines() if 'Unable to determine the device handle' in line or 'GPU is lost' in line]
+    return '\n'.join(lines) or None
+
+
+def assemble(raw):
+    """Build the ``gpufleet`` facts from the raw outputs gathered on the node.
+
+    ``raw`` keys (all optional): nvidia_smi {path, rc, stdout, stderr} or None when not found;
+    packages {manager: dpkg|rpm, rc, stdout, stderr}; banners {tool: text}; services {unit: systemctl show text};
+    kernel; proc_modules; proc_driver_version; gpu_operator_driver_root; runfile_uninstaller; nvswitch_count.
+    """
+    manager, packages, held, package_error = _package_facts(raw)
+    kernel_module_loaded = module_loaded(raw.get('proc_modules'), 'nvidia')
+    health, reason, message, document = _health(raw, packages, kernel_module_loaded)
+    kernel_module_version = None
+    if raw.get('proc_driver_version'):
+        kernel_module_version = _nvidia_smi.parse_proc_driver_version(raw['proc_driver_version'])
+    if reason == 'driver_library_mismatch' and kernel_module_version and kernel_module_version not in (message or ''):
+        message = '%s\nloaded kernel module: %s' % (message, kernel_module_version)
+    services = dict((unit, parse_systemctl_show((raw.get('services') or {}).get(unit))) for unit in SERVICES)
+    facts = {
+        'schema_version': SCHEMA_VERSION,
+        'health': health,
+        'health_reason': reason,
+        'health_message': message,
+        'nvidia_smi_path': (raw.get('nvidia_smi') or {}).get('path'),
+        'driver_version': document.get('driver_version') if document else None,
+        'cuda_driver_version': document.get('cuda_driver_version') if document else None,
+        'kernel_module_version': kernel_module_version,
+        'gpu_count': document['gpu_count'] if document else 0,
+        'gpus': document['gpus'] if document else [],
+        'nvswitch_count': raw.get('nvswitch_count') or 0,
+        'package_manager': manager,
+        'packages': packages,
+        'held_packages': held,
+        'package_error': package_error,
+        'driver_source': _driver_source(raw, packages),
+        'tools': _tools(raw),
+        'services': services,
+        'kernel': raw.get('kernel'),
+        'nvidia_module_loaded': kernel_module_loaded,
+        'nouveau_loaded': module_loaded(raw.get('proc_modules'), 'nouveau'),
+    }
+    return facts

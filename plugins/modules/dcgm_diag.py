@@ -1,0 +1,211 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: dcgm_diag
+short_description: Run a DCGM diagnostic and report each test per GPU
+version_added: 0.1.0
+description:
+  - Runs C(dcgmi diag -r <level or tests> -j) and reads the JSON document of DCGM 3.x (C(DCGM GPU Diagnostic)) or
+    DCGM 4.x (C(DCGM Diagnostic), per-entity results).
+  - Returns per test and per GPU C(pass), C(fail), C(warn) or C(skip) with the diagnostic's messages, and C(passed).
+  - Fails the task on any failed test unless I(fail_on_failure=false).
+  - Distinct, clear errors when C(dcgmi) is not installed, when the DCGM host engine is not running, and when the GPUs are busy.
+  - The active levels need exclusive use of the GPUs; drain the node first (see the C(node_drain) role).
+author:
+  - gpufleet.lifecycle maintainers
+extends_documentation_fragment:
+  - gpufleet.lifecycle.attributes
+attributes:
+  check_mode:
+    support: partial
+    details: In check mode no diagnostic runs (they load the GPUs); the module returns C(skipped) and says so.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    description: Running a diagnostic changes nothing on the node; C(changed) is always false.
+options:
+  level:
+    description:
+      - Run level C(1) (quick, software/deployment, seconds), C(2) (medium), C(3) (long hardware diagnostic) or C(4) (extra long).
+      - Mutually exclusive with I(tests). When neither is given, level 1 runs.
+    type: int
+    choices: [1, 2, 3, 4]
+  tests:
+    description:
+      - Names of the tests to run instead of a level, for example C(software), C(memory), C(pcie), C(targeted_stress).
+    type: list
+    elements: str
+  config:
+    description:
+      - Path on the node of a diagnostic configuration file (C(dcgmi diag -c)).
+    type: path
+  gpus:
+    description:
+      - Indexes of the GPUs to test (C(dcgmi diag -i)); all GPUs when omitted.
+    type: list
+    elements: int
+  parameters:
+    description:
+      - Test parameters passed with C(dcgmi diag -p), as a mapping of C(test.parameter) to value.
+    type: dict
+  timeout:
+    description:
+      - Seconds the diagnostic may run (C(dcgmi diag --timeout)).
+    type: int
+  fail_on_failure:
+    description:
+      - Fail the task when any test fails.
+    type: bool
+    default: true
+  fail_on_warning:
+    description:
+      - Also fail the task when a test warns.
+    type: bool
+    default: false
+notes:
+  - C(dcgmi diag -j) exits non-zero when a test fails and still prints the document; the document decides the result.
+seealso:
+  - module: gpufleet.lifecycle.gpu_facts
+  - name: DCGM diagnostics
+    description: NVIDIA's description of the run levels and tests.
+    link: https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html
+'''
+
+EXAMPLES = r'''
+- name: Quick software/deployment validation after a driver change
+  gpufleet.lifecycle.dcgm_diag:
+    level: 1
+
+- name: Long hardware diagnostic, report failures without failing the play
+  gpufleet.lifecycle.dcgm_diag:
+    level: 3
+    fail_on_failure: false
+  register: diag
+
+- name: Two tests on two GPUs with a time limit
+  gpufleet.lifecycle.dcgm_diag:
+    tests: [memory, pcie]
+    gpus: [0, 1]
+    timeout: 900
+'''
+
+RETURN = r'''
+passed:
+  description: True when no test failed (and, with I(fail_on_warning), none warned).
+  type: bool
+  returned: when the diagnostic ran
+  sample: true
+schema:
+  description: C(3) or C(4), the DCGM JSON schema that was read.
+  type: str
+  returned: when the diagnostic ran
+dcgm_version:
+  description: DCGM version from the document's metadata, null where the document has none.
+  type: str
+  returned: when the diagnostic ran
+summary:
+  description: Counts of per-GPU results, C(pass), C(fail), C(warn), C(skip).
+  type: dict
+  returned: when the diagnostic ran
+  sample: {"pass": 14, "fail": 1, "warn": 0, "skip": 3}
+tests:
+  description: One entry per test, with C(name), C(category), aggregate C(status) and per-GPU C(results) (C(gpu), C(status), C(messages)).
+  type: list
+  elements: dict
+  returned: when the diagnostic ran
+failures:
+  description: Every failed result as C(test), C(gpu), C(message).
+  type: list
+  elements: dict
+  returned: when the diagnostic ran
+cmd:
+  description: The argument list that was run.
+  type: list
+  elements: str
+  returned: always
+reason:
+  description:
+    - Why the diagnostic could not run, when it could not - C(dcgmi_missing), C(hostengine_unreachable), C(gpus_busy),
+      C(not_supported), C(diag_failed), C(dcgmi_failed), C(unreadable).
+  type: str
+  returned: on failure to run
+rc:
+  description: Exit code of C(dcgmi).
+  type: int
+  returned: when dcgmi ran
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _dcgm
+
+
+def _selection(params):
+    if params['tests']:
+        return params['tests']
+    return params['level'] or 1
+
+
+def _verdict(document, fail_on_warning):
+    passed = document['passed'] and not (fail_on_warning and document['summary'].get('warn'))
+    return dict(document, passed=passed)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            level=dict(type='int', choices=[1, 2, 3, 4]),
+            tests=dict(type='list', elements='str'),
+            config=dict(type='path'),
+            gpus=dict(type='list', elements='int'),
+            parameters=dict(type='dict'),
+            timeout=dict(type='int'),
+            fail_on_failure=dict(type='bool', default=True),
+            fail_on_warning=dict(type='bool', default=False),
+        ),
+        mutually_exclusive=[('level', 'tests')],
+        supports_check_mode=True,
+    )
+    params = module.params
+    dcgmi = module.get_bin_path('dcgmi')
+    if not dcgmi:
+        module.fail_json(msg='dcgmi was not found on PATH: DCGM is not installed on this node '
+                             '(packages datacenter-gpu-manager-4-core or datacenter-gpu-manager)', reason='dcgmi_missing', cmd=[])
+    try:
+        argv = _dcgm.build_diag_argv(dcgmi, _selection(params), config=params['config'], gpus=params['gpus'],
+                                     timeout=params['timeout'], parameters=params['parameters'])
+    except ValueError as exc:
+        module.fail_json(msg='invalid diagnostic request: %s' % exc, reason='invalid_request', cmd=[])
+    if module.check_mode:
+        module.exit_json(changed=False, skipped=True, cmd=argv,
+                         msg='check mode: no active diagnostic was run (it would run: %s)' % ' '.join(argv[1:]))
+
+    rc, stdout, stderr = module.run_command(argv, environ_update={'LC_ALL': 'C', 'LANG': 'C'})
+    try:
+        document = _dcgm.parse_diag_json(stdout)
+    except _dcgm.DcgmParseError as exc:
+        if rc == 0:
+            module.fail_json(msg='dcgmi diag printed a document that cannot be read: %s' % exc, reason='unreadable',
+                             cmd=argv, rc=rc, stdout=stdout, stderr=stderr)
+        failure = _dcgm.classify_failure(rc, stdout, stderr)
+        module.fail_json(msg='dcgmi diag could not run (%s): %s' % (failure['reason'], failure['message']), reason=failure['reason'],
+                         cmd=argv, rc=rc, stdout=stdout, stderr=stderr)
+
+    result = _verdict(document, params['fail_on_warning'])
+    result.update(changed=False, cmd=argv, rc=rc)
+    if not result['passed'] and params['fail_on_failure']:
+        described = '; '.join('%s on GPU %s: %s' % (item['test'], item['gpu'], item['message']) for item in result['failures'])
+        if not described:
+            described = 'warnings: %s' % result['summary'].get('warn')
+        module.fail_json(msg='DCGM diagnostic failed: %s' % described, **result)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

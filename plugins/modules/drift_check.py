@@ -1,0 +1,146 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: drift_check
+short_description: Compare a node's GPU stack with the pinned versions
+version_added: 0.1.0
+description:
+  - Compares the node's C(gpufleet) facts (from M(gpufleet.lifecycle.gpu_facts)) with the pin and reports, per component,
+    the expected and the actual version.
+  - "Components: C(kernel), C(driver), C(cuda_driver), C(gsp_firmware), C(vbios) (one version, or one per GPU model),
+    C(fabric_manager), C(container_toolkit), C(dcgm), C(cuda_toolkit). An empty or missing value means not pinned."
+  - Package versions compare the way the package manager does (epochs C(3:595.71.05-1.el9), revisions C(1.17.0-1),
+    tildes C(1.15.0~rc.1-1)); a pin without a revision matches any revision of that upstream version.
+  - A node whose facts say C(broken) is reported C(broken), never drifted. A node with no driver at all (C(absent)) is drifted
+    when a driver is pinned.
+  - The comparison runs on the controller. When the host has no C(gpufleet) facts yet and I(facts) is not given,
+    M(gpufleet.lifecycle.gpu_facts) runs first and its facts are returned too.
+  - Reports C(changed) when the node is drifted, so a C(--check --diff) run counts drifted nodes as changed in the recap
+    and its diff shows the actual versions as before and the pinned ones as after. Nothing on the node is changed.
+author:
+  - gpufleet.lifecycle maintainers
+extends_documentation_fragment:
+  - gpufleet.lifecycle.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Read-only; the same comparison runs in check mode.
+  diff_mode:
+    support: full
+    details: The diff shows each drifted component, actual before and pinned after.
+  idempotent:
+    support: full
+    description: Nothing changes on the node; the same node and pin give the same result.
+  action:
+    support: full
+    description: Implemented by an action plugin that runs on the controller.
+options:
+  pin:
+    description:
+      - The pin as a mapping of component to version. C(vbios) may be a mapping of GPU model (the facts' C(name)) to version.
+      - Mutually exclusive with I(pin_file); one of them is required.
+    type: dict
+  pin_file:
+    description:
+      - Path on the controller of the pin, in YAML (a mapping like I(pin), optionally with a C(previous) mapping) or in the
+        runbook's C(baseline.env) form (C(DRIVER_VERSION=580.65.06), comments, quotes, C(export), empty value = not pinned,
+        C(PREV_) keys for the previous pin).
+      - A relative path is searched like other files (the role's or playbook's C(files/) folder, then the playbook folder).
+    type: path
+  facts:
+    description:
+      - The node's C(gpufleet) facts. Defaults to the host's C(ansible_facts.gpufleet); gathered when absent.
+    type: dict
+  fail_on_broken:
+    description:
+      - Fail the task when the node is broken.
+    type: bool
+    default: false
+  fail_on_drift:
+    description:
+      - Fail the task when the node is drifted (for gates that must stop a play).
+    type: bool
+    default: false
+notes:
+  - Errors in the pin (unknown component, malformed file, unterminated quote) name the file and line and change nothing.
+seealso:
+  - module: gpufleet.lifecycle.gpu_facts
+'''
+
+EXAMPLES = r'''
+- name: Nightly drift report against the pin kept in git (run with --check --diff)
+  gpufleet.lifecycle.drift_check:
+    pin_file: baseline.env
+
+- name: Compare with an inline pin, VBIOS per GPU model
+  gpufleet.lifecycle.drift_check:
+    pin:
+      driver: 580.65.06
+      fabric_manager: 580.65.06
+      container_toolkit: 1.17.0
+      dcgm: 4.1.0
+      vbios:
+        NVIDIA H100 80GB HBM3: 96.00.99.00.01
+  register: drift
+
+- name: Stop before touching a broken node
+  gpufleet.lifecycle.drift_check:
+    pin_file: baseline.yml
+    fail_on_broken: true
+'''
+
+RETURN = r'''
+status:
+  description: C(in_sync), C(drifted) or C(broken).
+  type: str
+  returned: always
+  sample: drifted
+drift:
+  description:
+    - Component to C(expected), C(actual) and C(source) (where the actual value was read) for every drifted component.
+    - For C(vbios) and C(gsp_firmware), GPU index to C(model), C(uuid), C(expected), C(actual).
+    - Empty when in sync or broken.
+  type: dict
+  returned: always
+  sample: {"driver": {"expected": "580.65.06", "actual": "550.127.05", "source": "nvidia-smi"}}
+checked:
+  description: Components that were pinned and compared.
+  type: list
+  elements: str
+  returned: always
+not_applicable:
+  description: Pinned components that do not apply to this node (Fabric Manager without NVSwitch, firmware with no driver).
+  type: list
+  elements: str
+  returned: always
+unverified:
+  description: Pinned components that could not be read because the node is broken.
+  type: list
+  elements: str
+  returned: when status is broken
+health:
+  description: The node's health from its facts, C(ok), C(broken) or C(absent).
+  type: str
+  returned: always
+health_reason:
+  description: Why the node is broken, from its facts.
+  type: str
+  returned: always
+pin:
+  description: The pin that was applied, every component present (null = not pinned).
+  type: dict
+  returned: always
+previous_pin:
+  description: The previous pin from the pin file (C(previous) mapping or C(PREV_) keys), every component present.
+  type: dict
+  returned: always
+msg:
+  description: One line saying the result.
+  type: str
+  returned: always
+'''

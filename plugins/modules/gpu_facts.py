@@ -1,0 +1,314 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: gpu_facts
+short_description: Read a node's NVIDIA GPU stack and classify its health
+version_added: 0.1.0
+description:
+  - Reads the GPUs from one C(nvidia-smi -q -x) call (the XML schema is NVIDIA's stable machine interface, DTD v11 to v13 and later).
+  - Reads the installed NVIDIA packages with C(dpkg-query -W) (Debian family) or C(rpm -qa) (RHEL family), the version banners of
+    C(dcgmi), C(nvidia-ctk), C(nvidia-container-cli), C(nv-fabricmanager) and C(nvcc), the state of the C(nvidia-fabricmanager),
+    C(nvidia-persistenced) and DCGM services, the kernel release, and whether the C(nvidia) and C(nouveau) kernel modules are loaded.
+  - A missing optional tool gives a null fact, never a failure.
+  - Classifies the node as C(ok), C(broken) (driver/library version mismatch, cannot communicate with the driver, no devices found,
+    GPU lost, unreadable output) with the reason and the tool's own words, or C(absent) (no NVIDIA driver installed).
+    A broken node is a fact, not a task failure.
+  - Returns the facts under C(ansible_facts.gpufleet); the schema is versioned by C(schema_version).
+author:
+  - gpufleet.lifecycle maintainers
+extends_documentation_fragment:
+  - gpufleet.lifecycle.attributes
+  - gpufleet.lifecycle.attributes.READ_ONLY
+attributes:
+  facts:
+    support: full
+    description: The module returns facts in C(ansible_facts.gpufleet).
+options:
+  nvidia_smi_path:
+    description:
+      - Path of C(nvidia-smi). By default it is looked up on C(PATH), then in the GPU Operator's driver root
+        C(/run/nvidia/driver/usr/bin).
+    type: path
+  gather_packages:
+    description:
+      - Read the installed NVIDIA packages from the package manager.
+    type: bool
+    default: true
+notes:
+  - Commands run with C(LC_ALL=C) and argument lists only; nothing is written on the node.
+  - C(nvswitch_count) counts the entries of C(/proc/driver/nvidia-nvswitch/devices), present on NVSwitch (HGX/DGX) systems.
+seealso:
+  - module: gpufleet.lifecycle.drift_check
+  - module: gpufleet.lifecycle.dcgm_diag
+'''
+
+EXAMPLES = r'''
+- name: Read the GPU stack
+  gpufleet.lifecycle.gpu_facts:
+
+- name: Stop when the node's driver stack is broken
+  ansible.builtin.assert:
+    that: ansible_facts['gpufleet']['health'] != 'broken'
+    fail_msg: "{{ ansible_facts['gpufleet']['health_reason'] }}: {{ ansible_facts['gpufleet']['health_message'] }}"
+
+- name: Show the driver of every node
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts['gpufleet']['driver_version'] }} on {{ ansible_facts['gpufleet']['gpu_count'] }} GPUs"
+'''
+
+RETURN = r'''
+ansible_facts:
+  description: Facts to add to C(ansible_facts).
+  returned: always
+  type: complex
+  contains:
+    gpufleet:
+      description: The node's GPU stack.
+      returned: always
+      type: complex
+      contains:
+        schema_version:
+          description: Version of this facts schema; it grows only when a key changes meaning or disappears.
+          type: int
+          returned: always
+          sample: 1
+        health:
+          description: C(ok), C(broken) or C(absent).
+          type: str
+          returned: always
+          sample: ok
+        health_reason:
+          description:
+            - Why the node is broken, null when C(ok).
+            - One of C(driver_library_mismatch), C(driver_unreachable), C(no_devices), C(gpu_lost), C(nvidia_smi_failed),
+              C(nvidia_smi_missing), C(unparsable).
+          type: str
+          returned: always
+          sample: driver_library_mismatch
+        health_message:
+          description: The tool's own words for a broken or absent node, null when C(ok).
+          type: str
+          returned: always
+          sample: "Failed to initialize NVML: Driver/library version mismatch"
+        nvidia_smi_path:
+          description: The C(nvidia-smi) that was run, null when none was found.
+          type: str
+          returned: always
+        driver_version:
+          description: Driver version reported by the loaded driver, null unless C(ok).
+          type: str
+          returned: always
+          sample: 580.65.06
+        cuda_driver_version:
+          description: CUDA version the driver supports (C(libcuda)), null unless C(ok).
+          type: str
+          returned: always
+          sample: '13.0'
+        kernel_module_version:
+          description: Version of the loaded C(nvidia) kernel module from C(/proc/driver/nvidia/version), null when not loaded.
+          type: str
+          returned: always
+        gpu_count:
+          description: Number of GPUs described by C(nvidia-smi).
+          type: int
+          returned: always
+          sample: 8
+        gpus:
+          description:
+            - One entry per GPU, in C(nvidia-smi) order. Values the driver does not report are null.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            index:
+              description: Position of the GPU in the document (0-based).
+              type: int
+            name:
+              description: Product name, the key of per-model pins such as VBIOS.
+              type: str
+              sample: NVIDIA H100 80GB HBM3
+            uuid:
+              description: GPU UUID.
+              type: str
+            serial:
+              description: Board serial number.
+              type: str
+            pci_bus_id:
+              description: PCI bus id.
+              type: str
+              sample: 00000000:18:00.0
+            vbios_version:
+              description: VBIOS version.
+              type: str
+            gsp_firmware_version:
+              description: GSP firmware version, null where the GPU runs without GSP firmware.
+              type: str
+            board_part_number:
+              description: Board part number.
+              type: str
+            persistence_mode:
+              description: C(Enabled) or C(Disabled).
+              type: str
+            mig_mode:
+              description: MIG mode, C(current) and C(pending).
+              type: dict
+            ecc_mode:
+              description: ECC mode, C(current) and C(pending).
+              type: dict
+            ecc_errors:
+              description: ECC error counts, C(volatile) and C(aggregate), each with C(corrected) and C(uncorrected).
+              type: dict
+            retired_pages:
+              description: Retired page counts C(single_bit), C(double_bit) and C(pending).
+              type: dict
+            remapped_rows:
+              description: Row remapping C(correctable), C(uncorrectable), C(pending), C(failure); null where the GPU does not remap rows.
+              type: dict
+            fabric:
+              description: NVLink fabric C(state), C(status), C(clique_id), C(cluster_uuid), C(health); null where not reported.
+              type: dict
+        nvswitch_count:
+          description: Number of NVSwitch devices the driver sees (0 on PCIe systems).
+          type: int
+          returned: always
+        package_manager:
+          description: C(dpkg) or C(rpm), null when neither is present or I(gather_packages=false).
+          type: str
+          returned: always
+        packages:
+          description: Installed NVIDIA stack packages, name to version as the package manager prints it.
+          type: dict
+          returned: always
+          sample: {"nvidia-driver-580-server": "580.65.06-0ubuntu1", "datacenter-gpu-manager-4-core": "1:4.1.0-1"}
+        held_packages:
+          description: Names of the packages held by C(apt-mark hold).
+          type: list
+          elements: str
+          returned: always
+        package_error:
+          description: Why the package listing could not be read, null when it could.
+          type: str
+          returned: always
+        driver_source:
+          description: C(host_package), C(container) (GPU Operator driver container), C(runfile), or null when no driver is found.
+          type: str
+          returned: always
+        tools:
+          description: Versions from the tools' own banners (null when a tool is missing) - C(dcgm), C(dcgm_hostengine), C(nvidia_ctk),
+            C(nvidia_container_cli), C(fabric_manager), C(nvcc).
+          type: dict
+          returned: always
+        services:
+          description: State of C(nvidia-fabricmanager), C(nvidia-persistenced), C(nvidia-dcgm) and C(dcgm) as
+            C(active)/C(sub)/C(enabled), null for a unit that does not exist.
+          type: dict
+          returned: always
+        kernel:
+          description: Running kernel release.
+          type: str
+          returned: always
+        nvidia_module_loaded:
+          description: Whether the C(nvidia) kernel module is loaded.
+          type: bool
+          returned: always
+        nouveau_loaded:
+          description: Whether the C(nouveau) kernel module is loaded.
+          type: bool
+          returned: always
+'''
+
+import os
+import platform
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import SERVICES, assemble
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages import DPKG_QUERY_FORMAT, RPM_QUERY_FORMAT
+
+GPU_OPERATOR_DRIVER_ROOT = '/run/nvidia/driver'
+NVSWITCH_DEVICES = '/proc/driver/nvidia-nvswitch/devices'
+CUDA_BIN = '/usr/local/cuda/bin'
+BANNERS = {
+    'dcgmi': ['--version'],
+    'nvidia-ctk': ['--version'],
+    'nvidia-container-cli': ['-V'],
+    'nv-fabricmanager': ['--version'],
+    'nvcc': ['--version'],
+}
+
+
+def _read(path):
+    try:
+        with open(path, encoding='utf-8', errors='replace') as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def _run(module, argv):
+    rc, stdout, stderr = module.run_command(argv, environ_update={'LC_ALL': 'C', 'LANG': 'C'})
+    return {'rc': rc, 'stdout': stdout, 'stderr': stderr}
+
+
+def _nvidia_smi_path(module):
+    if module.params['nvidia_smi_path']:
+        path = module.params['nvidia_smi_path']
+        return path if os.path.exists(path) else None
+    return module.get_bin_path('nvidia-smi', opt_dirs=[GPU_OPERATOR_DRIVER_ROOT + '/usr/bin'])
+
+
+def gather(module):
+    """Run the node's tools and read its files; return the raw outputs for ``assemble``."""
+    raw = {
+        'kernel': platform.release(),
+        'proc_modules': _read('/proc/modules'),
+        'proc_driver_version': _read('/proc/driver/nvidia/version'),
+        'gpu_operator_driver_root': os.path.isdir(GPU_OPERATOR_DRIVER_ROOT) and bool(os.listdir(GPU_OPERATOR_DRIVER_ROOT)),
+        'runfile_uninstaller': os.path.exists('/usr/bin/nvidia-uninstall'),
+        'nvswitch_count': len(os.listdir(NVSWITCH_DEVICES)) if os.path.isdir(NVSWITCH_DEVICES) else 0,
+        'banners': {},
+        'services': {},
+    }
+    smi = _nvidia_smi_path(module)
+    raw['nvidia_smi'] = None
+    if smi:
+        raw['nvidia_smi'] = _run(module, [smi, '-q', '-x'])
+        raw['nvidia_smi']['path'] = smi
+    if module.params['gather_packages']:
+        dpkg_query = module.get_bin_path('dpkg-query')
+        rpm = module.get_bin_path('rpm')
+        if dpkg_query:
+            raw['packages'] = dict(_run(module, [dpkg_query, '-W', '-f', DPKG_QUERY_FORMAT]), manager='dpkg')
+        elif rpm:
+            raw['packages'] = dict(_run(module, [rpm, '-qa', '--qf', RPM_QUERY_FORMAT]), manager='rpm')
+    for tool, arguments in BANNERS.items():
+        path = module.get_bin_path(tool, opt_dirs=[CUDA_BIN])
+        if path:
+            result = _run(module, [path] + arguments)
+            raw['banners'][tool] = result['stdout'] + result['stderr']
+    systemctl = module.get_bin_path('systemctl')
+    if systemctl:
+        for unit in SERVICES:
+            result = _run(module, [systemctl, 'show', '--property=LoadState,ActiveState,SubState,UnitFileState', unit + '.service'])
+            raw['services'][unit] = result['stdout'] if result['rc'] == 0 else None
+    return raw
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nvidia_smi_path=dict(type='path'),
+            gather_packages=dict(type='bool', default=True),
+        ),
+        supports_check_mode=True,
+    )
+    module.exit_json(changed=False, ansible_facts={'gpufleet': assemble(gather(module))})
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,209 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Drift between a node's facts and the pin."""
+
+import copy
+
+import pytest
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._drift import (
+    COMPONENTS, DriftError, compute_drift, normalize_pin, render_diff)
+
+H100 = 'NVIDIA H100 80GB HBM3'
+A100 = 'NVIDIA A100-SXM4-80GB'
+
+FACTS = {
+    'schema_version': 1,
+    'health': 'ok',
+    'health_reason': None,
+    'health_message': None,
+    'driver_version': '580.65.06',
+    'cuda_driver_version': '13.0',
+    'kernel': '6.8.0-45-generic',
+    'gpu_count': 2,
+    'gpus': [
+        {'index': 0, 'name': H100, 'uuid': 'GPU-aaaa', 'vbios_version': '96.00.99.00.01', 'gsp_firmware_version': '580.65.06'},
+        {'index': 1, 'name': H100, 'uuid': 'GPU-bbbb', 'vbios_version': '96.00.99.00.01', 'gsp_firmware_version': '580.65.06'},
+    ],
+    'nvswitch_count': 4,
+    'package_manager': 'dpkg',
+    'packages': {
+        'nvidia-driver-580-server': '580.65.06-0ubuntu1',
+        'nvidia-fabricmanager-580': '580.65.06-1',
+        'nvidia-container-toolkit': '1.17.0-1',
+        'nvidia-container-toolkit-base': '1.17.0-1',
+        'datacenter-gpu-manager-4-core': '1:4.1.0-1',
+        'cuda-toolkit-13-0': '13.0.2-1',
+    },
+    'tools': {'dcgm': '4.1.0', 'nvidia_ctk': '1.17.0', 'fabric_manager': '580.65.06', 'nvcc': None},
+}
+
+PIN = {
+    'kernel': '6.8.0-45-generic',
+    'driver': '580.65.06',
+    'cuda_driver': '13.0',
+    'gsp_firmware': '580.65.06',
+    'vbios': {H100: '96.00.99.00.01'},
+    'fabric_manager': '580.65.06',
+    'container_toolkit': '1.17.0',
+    'dcgm': '4.1.0',
+    'cuda_toolkit': '13.0',
+}
+
+
+def facts(**changes):
+    result = copy.deepcopy(FACTS)
+    result.update(changes)
+    return result
+
+
+def test_in_sync_checks_every_pinned_component():
+    report = compute_drift(facts(), PIN)
+    assert report['status'] == 'in_sync'
+    assert report['drift'] == {}
+    assert report['checked'] == list(COMPONENTS)
+
+
+def test_driver_and_packages_drift_with_sources():
+    node = facts(driver_version='550.127.05', cuda_driver_version='12.4')
+    node['packages']['datacenter-gpu-manager-4-core'] = '1:4.0.0-1'
+    node['packages']['nvidia-fabricmanager-550'] = node['packages'].pop('nvidia-fabricmanager-580').replace('580.65.06', '550.127.05')
+    report = compute_drift(node, PIN)
+    assert report['status'] == 'drifted'
+    assert report['drift']['driver'] == {'expected': '580.65.06', 'actual': '550.127.05', 'source': 'nvidia-smi'}
+    assert report['drift']['cuda_driver']['actual'] == '12.4'
+    assert report['drift']['dcgm'] == {'expected': '4.1.0', 'actual': '1:4.0.0-1', 'source': 'datacenter-gpu-manager-4-core'}
+    assert report['drift']['fabric_manager'] == {'expected': '580.65.06', 'actual': '550.127.05-1', 'source': 'nvidia-fabricmanager-550'}
+    assert 'container_toolkit' not in report['drift']
+
+
+def test_vbios_pinned_per_model_reports_each_gpu():
+    node = facts()
+    node['gpus'][1]['vbios_version'] = '96.00.74.00.0D'
+    node['gpus'].append({'index': 2, 'name': A100, 'uuid': 'GPU-cccc', 'vbios_version': '92.00.45.00.03', 'gsp_firmware_version': '580.65.06'})
+    report = compute_drift(node, dict(PIN, vbios={H100: '96.00.99.00.01', A100: '92.00.36.00.02'}))
+    assert report['drift']['vbios'] == {
+        '1': {'model': H100, 'uuid': 'GPU-bbbb', 'expected': '96.00.99.00.01', 'actual': '96.00.74.00.0D'},
+        '2': {'model': A100, 'uuid': 'GPU-cccc', 'expected': '92.00.36.00.02', 'actual': '92.00.45.00.03'},
+    }
+
+
+def test_vbios_single_value_and_unpinned_model():
+    node = facts()
+    node['gpus'].append({'index': 2, 'name': A100, 'uuid': 'GPU-cccc', 'vbios_version': '92.00.45.00.03'})
+    assert set(compute_drift(node, {'vbios': '96.00.99.00.01'})['drift']['vbios']) == {'2'}
+    assert compute_drift(node, {'vbios': {H100: '96.00.99.00.01'}})['status'] == 'in_sync'
+
+
+def test_gsp_firmware_per_gpu():
+    node = facts()
+    node['gpus'][0]['gsp_firmware_version'] = '550.127.05'
+    report = compute_drift(node, {'gsp_firmware': '580.65.06'})
+    assert report['drift']['gsp_firmware']['0']['actual'] == '550.127.05'
+
+
+@pytest.mark.parametrize('reason', ['driver_library_mismatch', 'driver_unreachable', 'no_devices', 'gpu_lost'])
+def test_broken_node_is_never_drifted(reason):
+    node = facts(health='broken', health_reason=reason, health_message='Failed to initialize NVML', driver_version=None, gpus=[])
+    report = compute_drift(node, PIN)
+    assert report['status'] == 'broken'
+    assert report['drift'] == {}
+    assert report['unverified'] == list(COMPONENTS)
+    assert reason in report['message']
+
+
+def test_absent_driver_is_drift_and_firmware_not_applicable():
+    node = facts(health='absent', driver_version=None, cuda_driver_version=None, gpus=[], gpu_count=0, packages={}, nvswitch_count=0,
+                 tools={})
+    report = compute_drift(node, PIN)
+    assert report['status'] == 'drifted'
+    assert report['drift']['driver'] == {'expected': '580.65.06', 'actual': None, 'source': 'nvidia-smi'}
+    assert {'vbios', 'gsp_firmware', 'fabric_manager'} <= set(report['not_applicable'])
+
+
+def test_fabric_manager_only_on_nvswitch_or_when_installed():
+    pcie = facts(nvswitch_count=0, tools={'dcgm': '4.1.0'})
+    del pcie['packages']['nvidia-fabricmanager-580']
+    report = compute_drift(pcie, {'fabric_manager': '580.65.06'})
+    assert report['status'] == 'in_sync' and report['not_applicable'] == ['fabric_manager']
+    hgx = facts(tools={})
+    del hgx['packages']['nvidia-fabricmanager-580']
+    assert compute_drift(hgx, {'fabric_manager': '580.65.06'})['drift']['fabric_manager']['actual'] is None
+
+
+@pytest.mark.parametrize('scheme, installed, pinned, drifted', [
+    ('dpkg', '1.17.0-1', '1.17.0', False),
+    ('dpkg', '1.17.0-1', '1.17.0-1', False),
+    ('dpkg', '1.17.0-1', '1.17.0-2', True),
+    ('dpkg', '1.15.0~rc.1-1', '1.15.0', True),
+    ('dpkg', '1.15.0~rc.1-1', '1.15.0~rc.1', False),
+    ('rpm', '1.17.0-1', '1.17.0', False),
+    ('rpm', '1.16.2-1', '1.17.0', True),
+])
+def test_package_versions_compare_like_the_package_manager(scheme, installed, pinned, drifted):
+    node = facts(package_manager=scheme)
+    node['packages']['nvidia-container-toolkit'] = installed
+    assert ('container_toolkit' in compute_drift(node, {'container_toolkit': pinned})['drift']) is drifted
+
+
+def test_rpm_epoch_on_dcgm():
+    node = facts(package_manager='rpm', packages={'datacenter-gpu-manager-4-core': '1:4.1.0-1'})
+    assert compute_drift(node, {'dcgm': '4.1.0'})['status'] == 'in_sync'
+    assert compute_drift(node, {'dcgm': '4.2.3'})['status'] == 'drifted'
+
+
+def test_tool_banner_used_without_package():
+    node = facts(packages={}, tools={'nvidia_ctk': '1.16.2', 'dcgm': '4.1.0'})
+    report = compute_drift(node, {'container_toolkit': '1.17.0', 'dcgm': '4.1.0'})
+    assert report['drift'] == {'container_toolkit': {'expected': '1.17.0', 'actual': '1.16.2', 'source': 'nvidia-ctk --version'}}
+
+
+def test_cuda_toolkit_from_nvcc_then_packages():
+    node = facts()
+    node['packages']['cuda-toolkit-12-4'] = '12.4.1-1'
+    assert compute_drift(node, {'cuda_toolkit': '13.0'})['status'] == 'in_sync'
+    node['tools']['nvcc'] = '12.4.131'
+    assert compute_drift(node, {'cuda_toolkit': '13.0'})['drift']['cuda_toolkit']['actual'] == '12.4.131'
+
+
+def test_kernel_pin_may_omit_flavour():
+    assert compute_drift(facts(), {'kernel': '6.8.0-45'})['status'] == 'in_sync'
+    assert compute_drift(facts(), {'kernel': '6.8.0-4'})['status'] == 'drifted'
+
+
+def test_unpinned_components_are_not_checked():
+    report = compute_drift(facts(driver_version='1.0'), {'driver': '', 'dcgm': None, 'vbios': {}})
+    assert report['status'] == 'in_sync' and report['checked'] == []
+
+
+@pytest.mark.parametrize('pin, words', [
+    ({'drivr': '580'}, ['drivr', 'valid components', 'cuda_toolkit']),
+    ({'driver': ['580']}, ['driver', 'version string']),
+    (['driver'], ['mapping']),
+])
+def test_bad_pin(pin, words):
+    with pytest.raises(DriftError) as caught:
+        normalize_pin(pin)
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_facts_without_health_are_refused():
+    with pytest.raises(DriftError, match='gpu_facts'):
+        compute_drift({'driver_version': '580'}, PIN)
+
+
+def test_diff_shows_actual_before_and_pin_after():
+    node = facts(driver_version='550.127.05')
+    node['gpus'][1]['vbios_version'] = '96.00.74.00.0D'
+    del node['packages']['nvidia-container-toolkit']
+    del node['packages']['nvidia-container-toolkit-base']
+    node['tools']['nvidia_ctk'] = None
+    before, after = render_diff(compute_drift(node, PIN))
+    assert before == ('driver: 550.127.05\n'
+                      'vbios[gpu 1 NVIDIA H100 80GB HBM3]: 96.00.74.00.0D\n'
+                      'container_toolkit: not installed\n')
+    assert after == ('driver: 580.65.06\n'
+                     'vbios[gpu 1 NVIDIA H100 80GB HBM3]: 96.00.99.00.01\n'
+                     'container_toolkit: 1.17.0\n')
