@@ -629,171 +629,183 @@ def _parse_iterations(data, iterations):
 
 # --------------------------------------------------------------------------- text tables
 
-_TABLE_ROW_RE = re.compile(r'^\|\s?(.*?)\s*\|\s?(.*?)\s*\|\s*$')
-_SECTION_RE = re.compile(r'^[|+]-+\s+([A-Za-z][A-Za-z /]*?)\s+-+\+')
-_GPU_LINE_RE = re.compile(r'^(GPU|CPU|GPU_I|Switch|Link)\s*(\d+)\s*:\s*(.+)$', re.IGNORECASE)
-_GROUP_RE = re.compile(r'^(Pass|Fail|Warn|Skip)\s*-\s*GPUs?\s*:\s*([\d,\s]+)$', re.IGNORECASE)
-_ALL_RE = re.compile(r'^(Pass|Fail|Warn|Skip)\s*-\s*All$', re.IGNORECASE)
-_DETAIL_LABEL_RE = re.compile(r'^(Warning|Error|Info)(?:\s*:\s*(GPU|CPU)\s*(\d+))?$', re.IGNORECASE)
-_META_LABELS = {
-    'dcgm version': 'version',
-    'driver version detected': 'driver',
-}
+# dcgmi's table: "| " + 25-char name + " | " + 47-char cell + "|", 78 characters; verbose messages are
+# wrapped every 45 characters (DATA_INFO_TAG_LEN), so a wrapped chunk is line[30:75].
+_TABLE_WIDTH = 78
+_WRAP_START = 30
+_WRAP_END = 75
+_ROW_RE = re.compile(r'^\|(.*?)\|(.*)\|\s*$')
+_SECTION_RE = re.compile(r'^[|+]-+\s+([A-Za-z][A-Za-z0-9 /_-]*?)\s+-+\+')
+_HEADER_RE = re.compile(r'^\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$')
+_ENTITY_LINE_RE = re.compile(r'^(GPU|CPU|GPU_I|GPU_CI|Switch|Link|CPU_Core)\s*(\d+)\s*:\s*(\S.*)$', re.IGNORECASE)
+_GROUP_LINE_RE = re.compile(r'^(Pass|Fail|Warn|Skip)\s*-\s*GPUs?\s*:\s*([\d,\s]+)$', re.IGNORECASE)
+_DETAIL_LABEL_RE = re.compile(r'^(Warning|Error|Info)(?:\s*:\s*([A-Za-z_]+?)\s*(\d+))?$', re.IGNORECASE)
+_MESSAGE_GPU_RE = re.compile(r'^GPU\s*(\d+)\b')
 
 
-def _table_rows(text):
-    """Yield ('section', name) and ('row', name, value) items of every table in ``text``."""
-    for line in text.splitlines():
-        line = line.rstrip()
-        section = _SECTION_RE.match(line)
-        if section:
-            yield ('section', section.group(1).strip())
-            continue
-        if line.startswith('+') or line.startswith('|='):
-            if line.startswith('+-') and not section and set(line) <= set('+-'):
-                yield ('border',)
-            continue
-        row = _TABLE_ROW_RE.match(line)
-        if row:
-            yield ('row', row.group(1).strip(), row.group(2).strip())
+def _cells(line):
+    """(name, value, wrap_chunk) of a table row; None for borders and other lines."""
+    line = line.rstrip('\r\n')
+    if len(line) >= _TABLE_WIDTH and line[0] == '|' and line[28] == '|' and line[_TABLE_WIDTH - 1] == '|':
+        return line[1:28].strip(), line[29:_TABLE_WIDTH - 1].strip(), line[_WRAP_START:_WRAP_END]
+    match = _ROW_RE.match(line.rstrip())
+    if match is None:
+        return None
+    value = match.group(2).strip()
+    return match.group(1).strip(), value, value + ' '
 
 
 def _split_tables(text):
-    """Split ``text`` into tables (each starting at a ``| Diagnostic | Result |`` header)."""
+    """Lines of each table in ``text`` (a table starts at its ``| Diagnostic | Result |`` header)."""
     tables = []
-    current = None
     for line in text.splitlines():
-        if re.match(r'^\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$', line.rstrip()):
-            current = []
-            tables.append(current)
-            continue
-        if current is not None:
-            current.append(line)
-    return ['\n'.join(lines) for lines in tables]
+        if _HEADER_RE.match(line.rstrip()):
+            tables.append([])
+        elif tables:
+            tables[-1].append(line)
+    return tables
 
 
-def _text_table(table):
-    """Parse one text table -> (version, driver, tests, layout)."""
+def _new_text_test(name, value, category):
+    test = {'name': name, 'category': category, 'raw': value, 'status': normalize_status(value),
+            'entities': [], 'details': []}
+    group = _GROUP_LINE_RE.match(value)
+    if group:
+        status = normalize_status(group.group(1))
+        test['entities'].extend((int(gpu), status, 'GPU', int(gpu)) for gpu in re.findall(r'\d+', group.group(2)))
+    return test
+
+
+def _text_table(lines):
+    """Parse the lines of one table -> (version, driver, tests, layout)."""
     version = driver = None
     category = None
     tests = []
     test = None
-    pending = None  # (label, gpu) of a Warning/Info row being continued
-    layout = '3'
-    for item in _table_rows(table):
-        if item[0] == 'section':
-            category = item[1]
-            test = None
-            pending = None
+    detail = None  # [kind, entity_id or None, raw text] of the Warning/Info row being continued
+    layout = None
+    for line in lines:
+        section = _SECTION_RE.match(line)
+        if section:
+            category = section.group(1).strip()
+            test = detail = None
             continue
-        if item[0] != 'row':
+        cells = _cells(line)
+        if cells is None:
             continue
-        name, value = item[1], item[2]
+        name, value, chunk = cells
         if category is not None and category.lower() == 'metadata':
-            key = _META_LABELS.get(name.lower())
-            if key == 'version':
+            if name.lower() == 'dcgm version':
                 version = value or None
-            elif key == 'driver':
+            elif name.lower() == 'driver version detected':
                 driver = value or None
             continue
+        label = _DETAIL_LABEL_RE.match(name) if name else None
+        if label and test is not None:
+            entity_id = int(label.group(3)) if label.group(3) else None
+            detail = [label.group(1).lower(), entity_id, chunk]
+            test['details'].append(detail)
+            continue
         if name:
-            label = _DETAIL_LABEL_RE.match(name)
-            if label and test is not None:
-                gpu = int(label.group(3)) if label.group(3) else None
-                pending = [label.group(1).lower(), gpu, value]
-                test['_details'].append(pending)
-                continue
-            status = normalize_status(value)
-            test = {'name': name, 'category': category, 'raw': value, 'status': status,
-                    'entities': [], '_details': []}
+            test = _new_text_test(name, value, category)
             tests.append(test)
-            pending = None
-            group = _GROUP_RE.match(value)
-            if group:
-                test['entities'].extend((int(g), normalize_status(group.group(1)))
-                                        for g in re.findall(r'\d+', group.group(2)))
+            detail = None
             continue
         if test is None:
             continue
-        # continuation row (empty name column)
-        entity = _GPU_LINE_RE.match(value)
-        group = _GROUP_RE.match(value)
+        entity = _ENTITY_LINE_RE.match(value)
+        group = _GROUP_LINE_RE.match(value)
         if entity:
             layout = '4'
             kind = entity.group(1).upper()
-            test['entities'].append((int(entity.group(2)) if kind == 'GPU' else None, normalize_status(entity.group(3)),
-                                     kind, int(entity.group(2))))
-            pending = None
+            number = int(entity.group(2))
+            status = normalize_status(entity.group(3))
+            test['entities'].append((number if kind == 'GPU' else None, status, kind, number))
+            detail = None
         elif group:
-            test['entities'].extend((int(g), normalize_status(group.group(1)))
-                                    for g in re.findall(r'\d+', group.group(2)))
-            pending = None
-        elif pending is not None:
-            pending[2] += value
+            layout = layout or '3'
+            status = normalize_status(group.group(1))
+            test['entities'].extend((int(gpu), status, 'GPU', int(gpu)) for gpu in re.findall(r'\d+', group.group(2)))
+            detail = None
+        elif detail is not None:
+            detail[2] += chunk
     return version, driver, tests, layout
 
 
+def _detail_messages(test):
+    """[(kind, entity_id or None, message)] with 3.x "GPU n ..." prefixes mapped to entity ids."""
+    out = []
+    for kind, entity_id, raw in test['details']:
+        message = raw.strip()
+        if not message:
+            continue
+        if entity_id is None:
+            prefix = _MESSAGE_GPU_RE.match(message)
+            if prefix:
+                entity_id = int(prefix.group(1))
+        out.append((kind, entity_id, message))
+    return out
+
+
 def _text_results(test):
-    warnings = [d[2].strip() for d in test['_details'] if d[0] in ('warning', 'error') and d[2].strip()]
-    info = [d[2].strip() for d in test['_details'] if d[0] == 'info' and d[2].strip()]
+    details = _detail_messages(test)
+    all_warnings = [m for kind, _e, m in details if kind in ('warning', 'error')]
+    all_messages = [m for _k, _e, m in details]
     results = []
-    for entity in test['entities']:
-        if len(entity) == 4:
-            gpu, status, group, entity_id = entity
-        else:
-            gpu, status = entity
-            group, entity_id = 'GPU', gpu
-        per = [d[2].strip() for d in test['_details'] if d[1] is not None and d[1] == entity_id and d[2].strip()]
-        mine = per or ([] if any(d[1] is not None for d in test['_details']) else warnings + info)
-        results.append({'gpu': gpu, 'entity_group': group, 'entity_id': entity_id,
-                        'status': status or 'warn', 'messages': mine})
+    for gpu, status, group, entity_id in test['entities']:
+        mine = [(kind, m) for kind, e, m in details if e == entity_id]
+        warnings = [m for kind, m in mine if kind in ('warning', 'error')]
+        results.append({'gpu': gpu, 'entity_group': group, 'entity_id': entity_id, 'status': status or 'warn',
+                        'messages': [m for _k, m in mine], '_warnings': warnings})
     if not results:
         status = test['status'] or ('skip' if not test['raw'] else 'warn')
         results.append({'gpu': None, 'entity_group': None, 'entity_id': None, 'status': status,
-                        'messages': warnings + info})
+                        'messages': all_messages, '_warnings': all_warnings})
     elif test['status'] is not None and _RANK[test['status']] > _RANK[_worst(r['status'] for r in results)]:
         results.append({'gpu': None, 'entity_group': None, 'entity_id': None, 'status': test['status'],
-                        'messages': warnings + info})
-    return results, warnings
+                        'messages': all_messages, '_warnings': all_warnings})
+    return results, all_warnings, [m for _k, e, m in details if e is None]
 
 
 def parse_diag_text(text):
     """Parse the text table printed by ``dcgmi diag`` (without ``-j``), DCGM 3.x or 4.x layout.
 
-    Returns the structure of :func:`parse_diag_json`.  3.x tables aggregate GPUs (``Pass - All``,
-    ``Fail - GPU: 0``); ``Pass - All`` and plain Deployment rows yield one system-wide result (gpu None)
-    because the table does not list the GPUs.  4.x tables list one ``GPUn: Status`` row per GPU.  When
-    several tables are present (``srun``/``pdsh`` output), each is parsed and the tests are
-    concatenated with a ``table`` index.  Raises ``DcgmParseError`` when no table is found.
+    Returns the structure of :func:`parse_diag_json` (``entities`` empty, ``runtime_error`` None).
+    3.x rows aggregate GPUs: ``Pass - All``/``Skip - All`` and the Deployment rows give one
+    system-wide result (gpu None, the table does not say which GPUs ran), ``Pass - GPU: 1`` /
+    ``Fail - GPUs: 0, 2`` give one result per GPU.  4.x rows list one ``GPUn: Status`` line per GPU.
+    Wrapped ``Warning``/``Info`` rows are re-joined and attached to their GPU (``Warning: GPU0`` in
+    4.x, a leading ``GPU 0`` in 3.x).  Several tables (``--iterations``, ``srun``/``pdsh`` output) are
+    all read; each test then carries a ``table`` index.  Raises ``DcgmParseError`` when no table is found.
     """
     text = _to_text(text)
     tables = _split_tables(text)
     if not tables:
-        if text.strip().startswith('{'):
+        if text.lstrip().startswith('{'):
             raise DcgmParseError('not a dcgmi diag text table: this looks like JSON, use parse_diag_json')
         raise DcgmParseError('not a dcgmi diag text table: no "| Diagnostic | Result |" header found')
-    version = driver = None
-    schema = None
+    version = driver = layout = None
     tests = []
-    for number, table in enumerate(tables, 1):
-        t_version, t_driver, t_tests, layout = _text_table(table)
+    for number, lines in enumerate(tables, 1):
+        t_version, t_driver, t_tests, t_layout = _text_table(lines)
         version = version or t_version
         driver = driver or t_driver
-        if schema is None:
-            schema = layout
+        layout = layout or t_layout
         for raw in t_tests:
-            results, warnings = _text_results(raw)
+            results, warnings, general = _text_results(raw)
             test = {'name': raw['name'], 'category': raw['category'],
-                    'status': _worst(r['status'] for r in results), 'results': results, 'messages': [],
-                    '_summary_warnings': warnings}
+                    'status': _worst(r['status'] for r in results), 'results': results,
+                    'messages': general, '_summary_warnings': warnings}
             if len(tables) > 1:
                 test['table'] = number
             tests.append(test)
-    if version is not None and version.split('.')[0].isdigit():
-        schema = '4' if int(version.split('.')[0]) >= 4 else '3'
     if not tests:
         raise DcgmParseError('dcgmi diag text table without any test row')
-    result = _finish(tests, schema or '3', version, driver, None, [])
+    schema = layout or '3'
+    major = (version or '').split('.')[0]
+    if major.isdigit():
+        schema = '4' if int(major) >= 4 else '3'
+    result = _finish(tests, schema, version, driver, None, [])
     if len(tables) > 1:
         result['tables'] = len(tables)
     return result
@@ -973,32 +985,32 @@ def classify_failure(rc, stdout, stderr):
 
     Returns ``{'reason', 'message', 'dcgm_status'}``; ``reason`` is one of ``hostengine_unreachable``,
     ``gpus_busy``, ``not_supported``, ``diag_failed`` or ``dcgmi_failed`` and ``message`` is the tool's
-    own lines that led to it (a JSON ``runtime_error`` included).  ``dcgm_status`` is the DCGM return
-    code decoded from the exit status (dcgmi exits with ``dcgmReturn_t & 0xff``, e.g. 226 = -30
-    ``DCGM_ST_NVVS_ERROR``), or None.  A parseable document with failed tests gives ``diag_failed``.
+    own lines that led to it (the ``runtime_error`` of a JSON error document included).  ``dcgm_status``
+    is the DCGM return code decoded from the exit status (dcgmi exits with ``dcgmReturn_t & 0xff``,
+    e.g. 226 = -30 ``DCGM_ST_NVVS_ERROR``), or None; it decides the reason when no text matches.
+    A parseable document with failed tests gives ``diag_failed`` listing the failures.
     """
     out = _to_text(stdout)
     err = _to_text(stderr)
     code = _dcgm_code(rc)
     runtime_lines = []
-    document_failures = None
+    parse_problem = None
+    document = None
     if '{' in out:
         try:
-            parsed = parse_diag_json(out)
+            document = parse_diag_json(out)
         except DcgmRuntimeError as exc:
             runtime_lines = _output_lines(exc.runtime_error)
-        except DcgmParseError:
-            pass
-        else:
-            if parsed['failures']:
-                document_failures = parsed['failures']
-    if document_failures:
+        except DcgmParseError as exc:
+            if _json_start(out) is not None and out.strip().startswith(('{', '[')):
+                parse_problem = str(exc)
+    if document is not None and document['failures']:
         message = '\n'.join('%s%s: %s' % (f['test'], '' if f['gpu'] is None else ' (GPU %s)' % f['gpu'], f['message'])
-                            for f in document_failures)
+                            for f in document['failures'])
         return {'reason': 'diag_failed', 'message': message, 'dcgm_status': code}
 
-    plain_out = out if not runtime_lines else ''
-    lines = runtime_lines + _output_lines(err, plain_out)
+    use_stdout = document is None and not runtime_lines and parse_problem is None
+    lines = runtime_lines + _output_lines(err, out if use_stdout else '')
     for reason, pattern in _FAILURE_PATTERNS:
         matched = [line for line in lines if pattern.search(line)]
         if matched:
@@ -1006,16 +1018,22 @@ def classify_failure(rc, stdout, stderr):
     if runtime_lines:
         return {'reason': 'diag_failed', 'message': '\n'.join(runtime_lines), 'dcgm_status': code}
 
-    error_lines = [line for line in lines if re.match(r'(?i)^(?:error|err)\b', line)]
     reason = _RC_REASONS.get(code, 'dcgmi_failed')
+    error_lines = [line for line in lines if re.search(r'(?i)\berr(?:or)?\b', line)]
     if error_lines:
         message = '\n'.join(error_lines)
     elif lines:
         message = '\n'.join(lines[-5:])
+    elif parse_problem is not None:
+        message = parse_problem
+    elif document is not None:
+        message = 'dcgmi exited with status %s although its diag document reports no failed test' % (rc,)
     elif code in _RC_TEXT:
         message = 'dcgmi exited with status %s (%s) and printed nothing' % (rc, _RC_TEXT[code])
     else:
         message = 'dcgmi exited with status %s and printed nothing' % (rc,)
+    if parse_problem is not None and message != parse_problem:
+        message = '%s\n%s' % (message, parse_problem)
     return {'reason': reason, 'message': message, 'dcgm_status': code}
 
 

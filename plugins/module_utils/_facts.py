@@ -148,10 +148,6 @@ def _health(raw, packages, kernel_module_loaded):
         return HEALTH_BROKEN, 'unparsable', 'nvidia-smi -q -x printed a document that cannot be read: %s' % exc, None
     if not document['gpu_count']:
         return HEALTH_BROKEN, 'no_devices', 'nvidia-smi -q -x lists no GPU', document
-    attached = document.get('attached_gpus')
-    if attached is not None and attached > document['gpu_count']:
-        return (HEALTH_BROKEN, 'gpu_lost', 'nvidia-smi reports %d attached GPUs but describes only %d' % (attached, document['gpu_count']),
-                document)
     lost = _lost_gpu_lines(stderr)
     if lost:
         return HEALTH_BROKEN, 'gpu_lost', lost, document
@@ -189,6 +185,7 @@ def assemble(raw):
         'cuda_driver_version': document.get('cuda_driver_version') if document else None,
         'kernel_module_version': kernel_module_version,
         'gpu_count': document['gpu_count'] if document else 0,
+        'attached_gpus': document.get('attached_gpus') if document else None,
         'gpus': document['gpus'] if document else [],
         'nvswitch_count': raw.get('nvswitch_count') or 0,
         'package_manager': manager,

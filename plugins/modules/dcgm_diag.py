@@ -135,8 +135,10 @@ reason:
       C(not_supported), C(diag_failed), C(dcgmi_failed), C(unreadable).
   type: str
   returned: on failure to run
-rc:
-  description: Exit code of C(dcgmi).
+dcgmi_rc:
+  description:
+    - Exit code of C(dcgmi). It is not named C(rc) because C(dcgmi diag -j) exits non-zero whenever a test fails, also when
+      I(fail_on_failure=false) asks for a report only.
   type: int
   returned: when dcgmi ran
 '''
@@ -192,13 +194,13 @@ def main():
     except _dcgm.DcgmParseError as exc:
         if rc == 0:
             module.fail_json(msg='dcgmi diag printed a document that cannot be read: %s' % exc, reason='unreadable',
-                             cmd=argv, rc=rc, stdout=stdout, stderr=stderr)
+                             cmd=argv, dcgmi_rc=rc, stdout=stdout, stderr=stderr)
         failure = _dcgm.classify_failure(rc, stdout, stderr)
         module.fail_json(msg='dcgmi diag could not run (%s): %s' % (failure['reason'], failure['message']), reason=failure['reason'],
-                         cmd=argv, rc=rc, stdout=stdout, stderr=stderr)
+                         cmd=argv, dcgmi_rc=rc, stdout=stdout, stderr=stderr)
 
     result = _verdict(document, params['fail_on_warning'])
-    result.update(changed=False, cmd=argv, rc=rc)
+    result.update(changed=False, cmd=argv, dcgmi_rc=rc)
     if not result['passed'] and params['fail_on_failure']:
         described = '; '.join('%s on GPU %s: %s' % (item['test'], item['gpu'], item['message']) for item in result['failures'])
         if not described:

@@ -118,6 +118,11 @@ ansible_facts:
           type: int
           returned: always
           sample: 8
+        attached_gpus:
+          description:
+            - The C(attached_gpus) count printed by C(nvidia-smi); it can exceed I(gpu_count) when the driver describes fewer GPUs.
+          type: int
+          returned: always
         gpus:
           description:
             - One entry per GPU, in C(nvidia-smi) order. Values the driver does not report are null.

@@ -421,6 +421,9 @@ def test_classify_real_failures(name, reason, message, nvml_version, stream):
     ('', 'Unable to determine the device handle for GPU 0000:04:00.0: GPU is lost.  Reboot the system to recover this GPU\n',
      'gpu_lost', 'Unable to determine the device handle for GPU 0000:04:00.0: GPU is lost.  Reboot the system to recover this GPU'),
     ('GPU 00000000:3B:00.0: GPU has fallen off the bus.\n', '', 'gpu_lost', 'GPU 00000000:3B:00.0: GPU has fallen off the bus.'),
+    # Typographic apostrophe, as issue trackers often re-type the message.
+    ('NVIDIA-SMI has failed because it couldn\u2019t communicate with the NVIDIA driver.\n', '', 'driver_unreachable',
+     'NVIDIA-SMI has failed because it couldn\u2019t communicate with the NVIDIA driver.'),
     # "Unknown Error" alone (containers that lost device access) is not a lost GPU.
     ('Failed to initialize NVML: Unknown Error\n', '', 'nvidia_smi_failed', 'Failed to initialize NVML: Unknown Error'),
     ('', 'bash: nvidia-smi: command not found\n', 'nvidia_smi_failed', 'bash: nvidia-smi: command not found'),

@@ -1,0 +1,145 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Run real ansible-playbook processes against hosts whose NVIDIA tools are stand-ins.
+
+Each test host is a local-connection host with its own folder of stand-in tools
+first on PATH; the stand-ins print real captured outputs (tests/unit/fixtures/real-outputs).
+"""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+REAL = os.path.join(ROOT, 'tests', 'unit', 'fixtures', 'real-outputs')
+BIN = os.path.dirname(sys.executable)
+SYSTEM_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+
+
+def real(*parts):
+    """Path of a real captured output."""
+    path = os.path.join(REAL, *parts)
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    return path
+
+
+class Host:
+    """A test host: a name, a folder of stand-in tools, and its inventory variables."""
+
+    def __init__(self, base, name):
+        self.name = name
+        self.bin = os.path.join(base, name, 'bin')
+        os.makedirs(self.bin)
+        # The module runs under this interpreter wrapper, which puts the host's stand-ins first on PATH.
+        interpreter = os.path.join(base, name, 'python')
+        with open(interpreter, 'w', encoding='utf-8') as handle:
+            handle.write('#!/bin/sh\nPATH=%s\nexport PATH\nexec %s "$@"\n' % (
+                shlex.quote(self.bin + ':' + SYSTEM_PATH), shlex.quote(sys.executable)))
+        os.chmod(interpreter, 0o755)
+        self.vars = {'ansible_connection': 'local', 'ansible_python_interpreter': interpreter}
+
+    def tool(self, tool, *responses):
+        """Install a stand-in ``tool`` answering with ``responses`` (dicts, see stand_in.py)."""
+        spec = os.path.join(self.bin, '.' + tool + '.json')
+        with open(spec, 'w', encoding='utf-8') as handle:
+            json.dump({'tool': tool, 'responses': list(responses)}, handle)
+        wrapper = os.path.join(self.bin, tool)
+        with open(wrapper, 'w', encoding='utf-8') as handle:
+            handle.write('#!/bin/sh\nexec %s %s %s "$@"\n' % (
+                shlex.quote(sys.executable), shlex.quote(os.path.join(HERE, 'stand_in.py')), shlex.quote(spec)))
+        os.chmod(wrapper, 0o755)
+        return self
+
+    def calls(self, tool):
+        """Argument lists the stand-in ``tool`` was called with."""
+        path = os.path.join(self.bin, '.' + tool + '.json.calls')
+        if not os.path.exists(path):
+            return []
+        with open(path, encoding='utf-8') as handle:
+            return [json.loads(line) for line in handle]
+
+
+class Fleet:
+    """Hosts plus an inventory file."""
+
+    def __init__(self, base):
+        self.base = base
+        self.hosts = {}
+
+    def host(self, name):
+        self.hosts[name] = Host(self.base, name)
+        return self.hosts[name]
+
+    def inventory(self):
+        path = os.path.join(self.base, 'inventory.json')
+        with open(path, 'w', encoding='utf-8') as handle:
+            json.dump({'all': {'hosts': dict((name, host.vars) for name, host in self.hosts.items())}}, handle)
+        return path
+
+
+def ansible_environment():
+    """Environment for ansible-playbook: this checkout as gpufleet.lifecycle, JSON output."""
+    link = os.path.join(ROOT, 'build', 'collections', 'ansible_collections', 'gpufleet', 'lifecycle')
+    if not os.path.islink(link):
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.symlink(os.path.relpath(ROOT, os.path.dirname(link)), link)
+    environment = dict(os.environ)
+    environment.update({
+        'ANSIBLE_COLLECTIONS_PATH': os.path.join(ROOT, 'build', 'collections'),
+        'ANSIBLE_STDOUT_CALLBACK': 'ansible.posix.json',
+        'ANSIBLE_CALLBACK_RESULT_FORMAT': 'json',
+        'ANSIBLE_HOST_KEY_CHECKING': 'False',
+        'ANSIBLE_RETRY_FILES_ENABLED': 'False',
+        'ANSIBLE_NOCOLOR': '1',
+        'ANSIBLE_FORKS': '8',
+        'ANSIBLE_LOCAL_TEMP': os.path.join(ROOT, 'build', 'ansible-tmp'),
+        'PATH': BIN + ':' + environment.get('PATH', SYSTEM_PATH),
+    })
+    return environment
+
+
+class PlayResult:
+    """Parsed output of the ansible.posix.json callback."""
+
+    def __init__(self, process):
+        self.rc = process.returncode
+        self.stderr = process.stderr
+        try:
+            self.document = json.loads(process.stdout)
+        except ValueError:
+            raise AssertionError('ansible-playbook printed no JSON (rc=%s)\nstdout:\n%s\nstderr:\n%s'
+                                 % (process.returncode, process.stdout, process.stderr))
+
+    def task(self, name):
+        """{host: result} of the task called ``name`` (last play that has it)."""
+        found = None
+        for play in self.document['plays']:
+            for task in play['tasks']:
+                if task['task']['name'] == name:
+                    found = task['hosts']
+        if found is None:
+            raise AssertionError('no task named %r' % name)
+        return found
+
+    @property
+    def stats(self):
+        return self.document['stats']
+
+
+def run_playbook(playbook, inventory, *arguments):
+    """Run ansible-playbook and return its PlayResult."""
+    process = subprocess.run(['ansible-playbook', '-i', inventory, playbook] + list(arguments),
+                             env=ansible_environment(), cwd=ROOT, capture_output=True, text=True, check=False, timeout=600)
+    return PlayResult(process)
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    return Fleet(str(tmp_path))
