@@ -25,6 +25,7 @@ $(STAMP): requirements-dev.txt
 
 venv: $(STAMP)
 	@$(BIN)/python hacking/install_get_pip.py
+	@bash hacking/system_tools.sh
 
 test: venv
 	@PATH="$(CURDIR)/$(BIN):$$PATH" bash hacking/run_tests.sh all

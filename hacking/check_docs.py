@@ -3,6 +3,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Check that ansible-doc lists and renders every plugin of the collection.
 
+Plugins are found in this checkout; ansible-doc reads whatever copy of
+gpufleet.lifecycle ANSIBLE_COLLECTIONS_PATH points to (``make docs`` points it
+at the collection installed from the built tarball).
+
 Action plugins share their documentation with the module of the same name, so
 they are covered by the module check.  Exits non-zero, naming each plugin that
 failed, when a plugin is missing from ``ansible-doc -l`` or does not render.

@@ -307,12 +307,12 @@ def _ruler_widths(line):
 def _aligned_widths(rows, with_arch):
     """Infer dpkg -l column widths from the positions of the fields of aligned rows."""
     starts = None
-    count = 4 if with_arch else 3
+    count = 3 if with_arch else 2  # fixed-width columns before the description
     for line in rows:
-        positions = [match.start() for match in re.finditer(r'\S+', line[3:])][:count + 1]
+        # skip the status token; keep the starts of the columns and of the description
+        positions = [match.start() for match in re.finditer(r'\S+', line)][1:count + 2]
         if len(positions) < count + 1:
             continue
-        positions = [pos + 3 for pos in positions]
         if starts is None:
             starts = positions
         elif starts != positions:
@@ -369,19 +369,19 @@ def parse_dpkg_l(text):
                 raise _error(what, lineno, line, 'malformed column ruler')
             with_arch = len(widths) >= 4
             continue
-        abbrev = line[:3].rstrip()
-        if len(line) < 5 or (len(line) > 3 and line[3] != ' ') or not _valid_dpkg_status(abbrev):
+        abbrev = line.split(None, 1)[0]
+        if line[0].isspace() or not _valid_dpkg_status(abbrev):
             raise _error(what, lineno, line, 'not a dpkg -l package row')
         rows.append((lineno, line, abbrev))
     if with_arch is None:
         with_arch = bool(rows) and all(
-            len(line[3:].split()) >= 3 and line[3:].split()[2] in DPKG_ARCHES for dummy, line, dummy2 in rows)
+            len(line.split()) >= 4 and line.split()[3] in DPKG_ARCHES for dummy, line, dummy2 in rows)
     if widths is None:
         widths = _aligned_widths([line for dummy, line, dummy2 in rows], with_arch)
     cropping = _tty_layout(widths, with_arch)
     result = {}
     for lineno, line, abbrev in rows:
-        fields = line[3:].split(None, 3 if with_arch else 2)
+        fields = line[len(abbrev):].split(None, 3 if with_arch else 2)
         if len(fields) < (3 if with_arch else 2):
             raise _error(what, lineno, line, 'too few columns')
         name = fields[0]

@@ -17,7 +17,7 @@ description:
   - Distinct, clear errors when C(dcgmi) is not installed, when the DCGM host engine is not running, and when the GPUs are busy.
   - The active levels need exclusive use of the GPUs; drain the node first (see the C(node_drain) role).
 author:
-  - gpufleet.lifecycle maintainers
+  - gpufleet.lifecycle maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.lifecycle.attributes
 attributes:
@@ -155,8 +155,9 @@ def _selection(params):
 
 
 def _verdict(document, fail_on_warning):
-    passed = document['passed'] and not (fail_on_warning and document['summary'].get('warn'))
-    return dict(document, passed=passed)
+    result = dict(document)
+    result['passed'] = document['passed'] and not (fail_on_warning and document['summary'].get('warn'))
+    return result
 
 
 def main():

@@ -23,7 +23,7 @@ description:
   - Reports C(changed) when the node is drifted, so a C(--check --diff) run counts drifted nodes as changed in the recap
     and its diff shows the actual versions as before and the pinned ones as after. Nothing on the node is changed.
 author:
-  - gpufleet.lifecycle maintainers
+  - gpufleet.lifecycle maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.lifecycle.attributes
 attributes:

@@ -20,7 +20,7 @@ description:
     A broken node is a fact, not a task failure.
   - Returns the facts under C(ansible_facts.gpufleet); the schema is versioned by C(schema_version).
 author:
-  - gpufleet.lifecycle maintainers
+  - gpufleet.lifecycle maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.lifecycle.attributes
   - gpufleet.lifecycle.attributes.READ_ONLY

@@ -41,7 +41,7 @@ def test_facts_from_real_samples(fleet):
     for name in XML_SAMPLES:
         fleet.host('xml-' + name.split('_')[1]).tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': real('nvidia-smi-xml', name)})
     for name, (rc, dummy) in FAILURE_SAMPLES.items():
-        fleet.host('fail-' + name.split('_')[0] + '-' + str(len(fleet.hosts))).tool(
+        fleet.host('fail-' + name.split('_', maxsplit=1)[0] + '-' + str(len(fleet.hosts))).tool(
             'nvidia-smi', {'args': [], 'stdout_file': real('errors', name), 'rc': rc})
     fleet.host('no-driver')
     packaged = fleet.host('packaged')
@@ -60,7 +60,7 @@ def test_facts_from_real_samples(fleet):
         assert node['schema_version'] == 1
     for host, node in facts.items():
         if host.startswith('fail-'):
-            sample = [name for name in FAILURE_SAMPLES if host.startswith('fail-' + name.split('_')[0])]
+            sample = [name for name in FAILURE_SAMPLES if host.startswith('fail-' + name.split('_', maxsplit=1)[0])]
             assert node['health'] == 'broken', host
             assert node['health_reason'] in [FAILURE_SAMPLES[name][1] for name in sample], host
             assert node['driver_version'] is None and node['gpus'] == []

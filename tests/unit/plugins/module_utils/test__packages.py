@@ -98,6 +98,27 @@ def test_dpkg_l_440_truncated_version_column():
     assert compare(cfg['version'], '440.82-0ubuntu0~0.18.04.1', 'dpkg') == -1
 
 
+def test_dpkg_l_440_rows_without_header_are_still_flagged():
+    # as `dpkg -l | grep nvidia` would print them on the same terminal: widths come from the alignment
+    rows = _read(DPKG_L_440).splitlines()[5:]
+    assert rows[0].startswith('un  libgldispatch0-nvidia')
+    packages = parse_dpkg_l('\n'.join(rows))
+    assert packages['libnvidia-cfg1-440:amd64']['truncated'] is True
+    assert packages['libnvidia-common-440']['truncated'] is True
+    assert packages['libnvidia-common']['truncated'] is False
+
+
+def test_dpkg_l_collapsed_whitespace_still_parses():
+    text = (
+        'ii libnvidia-compute-535:amd64 535.129.03-0ubuntu0.22.04.1 amd64 NVIDIA libcompute package\n'
+        'un nvidia-current <none> <none> (no description available)\n'
+    )
+    packages = parse_dpkg_l(text)
+    assert packages['libnvidia-compute-535:amd64']['version'] == '535.129.03-0ubuntu0.22.04.1'
+    assert packages['libnvidia-compute-535:amd64']['truncated'] is False
+    assert packages['nvidia-current']['version'] is None
+
+
 def test_dpkg_l_525_debian_native_packages():
     packages = parse_dpkg_l(_read(DPKG_L_525))
     assert len(packages) == 10

@@ -142,18 +142,18 @@ def _ids(cases):
     return ['%s~%s' % (case[0], case[1]) for case in cases]
 
 
-@pytest.mark.parametrize('a, b, expected', DPKG_CASES, ids=_ids(DPKG_CASES))
-def test_dpkg_compare_table(a, b, expected):
-    assert dpkg_compare(a, b) == expected
-    assert dpkg_compare(b, a) == -expected
-    assert compare(a, b, 'dpkg') == expected
+@pytest.mark.parametrize('first, second, expected', DPKG_CASES, ids=_ids(DPKG_CASES))
+def test_dpkg_compare_table(first, second, expected):
+    assert dpkg_compare(first, second) == expected
+    assert dpkg_compare(second, first) == -expected
+    assert compare(first, second, 'dpkg') == expected
 
 
-@pytest.mark.parametrize('a, b, expected', RPM_CASES + RPM_HALF_RELEASE_CASES, ids=_ids(RPM_CASES + RPM_HALF_RELEASE_CASES))
-def test_rpm_compare_table(a, b, expected):
-    assert rpm_compare(a, b) == expected
-    assert rpm_compare(b, a) == -expected
-    assert compare(a, b, 'rpm') == expected
+@pytest.mark.parametrize('first, second, expected', RPM_CASES + RPM_HALF_RELEASE_CASES, ids=_ids(RPM_CASES + RPM_HALF_RELEASE_CASES))
+def test_rpm_compare_table(first, second, expected):
+    assert rpm_compare(first, second) == expected
+    assert rpm_compare(second, first) == -expected
+    assert compare(first, second, 'rpm') == expected
 
 
 def test_tables_are_large_enough():
