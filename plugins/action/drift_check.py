@@ -79,8 +79,9 @@ class ActionModule(ActionBase):
         if self._task.diff and result['changed']:
             before, after = render_diff(report)
             result['diff'] = {'before': before, 'after': after, 'before_header': '%s (actual)' % host, 'after_header': 'pin'}
-        if report['status'] == 'broken' and args['fail_on_broken']:
-            result['failed'] = True
+        if report['status'] == 'broken':
+            result.setdefault('warnings', []).append('%s is broken, not compared with the pin: %s' % (host, report['message']))
+            result['failed'] = args['fail_on_broken']
         if report['status'] == 'drifted' and args['fail_on_drift']:
             result['failed'] = True
         return result

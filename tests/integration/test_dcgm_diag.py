@@ -20,6 +20,7 @@ def test_dcgm_diag(fleet):
                                                'stdout': 'Error: unable to establish a connection to the specified host: localhost\n'
                                                          'Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n'})
     fleet.host('no-dcgm')
+    fleet.host('unknown-document').tool('dcgmi', {'args': ['diag'], 'stdout': '{"DCGM Something New": {"tests": []}}\n'})
     result = run_playbook(PLAY, fleet.inventory())
 
     level1 = result.task('Level 1 diagnostic')
@@ -42,6 +43,9 @@ def test_dcgm_diag(fleet):
 
     missing = level1['no-dcgm']
     assert missing['failed'] and missing['reason'] == 'dcgmi_missing' and 'dcgmi was not found' in missing['msg']
+
+    unknown = level1['unknown-document']
+    assert unknown['failed'] and unknown['reason'] == 'unreadable' and 'DCGM Something New' in unknown['msg']
 
     reporting = result.task('Level 1 diagnostic, reporting only')['dcgm4-fail']
     assert not reporting.get('failed') and reporting['passed'] is False and reporting['summary']['fail'] == 1

@@ -44,6 +44,9 @@ def test_facts_from_real_samples(fleet):
         fleet.host('fail-' + name.split('_', maxsplit=1)[0] + '-' + str(len(fleet.hosts))).tool(
             'nvidia-smi', {'args': [], 'stdout_file': real('errors', name), 'rc': rc})
     fleet.host('no-driver')
+    with open(real('nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml'), encoding='utf-8') as handle:
+        whole = handle.read()
+    fleet.host('truncated').tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout': whole[:len(whole) // 2]})
     packaged = fleet.host('packaged')
     packaged.tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': real('nvidia-smi-xml', 'telegraf_a100-sxm4-80gb_535.54.03_v12.xml')})
     packaged.tool('dpkg-query', {'args': ['-W'], 'stdout': DPKG_LISTING})
@@ -67,6 +70,8 @@ def test_facts_from_real_samples(fleet):
     mismatch = [node for host, node in facts.items() if node['health_reason'] == 'driver_library_mismatch']
     assert len(mismatch) == 2 and all('Driver/library version mismatch' in node['health_message'] for node in mismatch)
 
+    assert (facts['truncated']['health'], facts['truncated']['health_reason']) == ('broken', 'unparsable')
+    assert 'cannot be read' in facts['truncated']['health_message']
     assert facts['no-driver']['health'] == 'absent'
     assert facts['no-driver']['driver_source'] is None
 
@@ -110,6 +115,8 @@ def test_drift_report_check_diff(fleet, tmp_path):
     diff = drift['old-driver']['diff']
     assert 'driver: 515.105.01' in diff['before'] and 'driver: 535.54.03' in diff['after']
     assert drift['mismatch']['status'] == 'broken' and drift['mismatch']['drift'] == {} and not drift['mismatch']['changed']
+    assert drift['mismatch']['warnings'][0].startswith('mismatch is broken, not compared with the pin: node is broken (driver_library_mismatch)')
+    assert not drift['mismatch'].get('failed')
     assert result.stats['old-driver']['changed'] == 1
     assert result.stats['in-sync']['changed'] == 0
     assert result.stats['mismatch']['changed'] == 0

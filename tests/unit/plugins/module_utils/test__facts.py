@@ -1,0 +1,113 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Facts assembly and health classification from raw tool outputs."""
+
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import assemble, filter_packages, module_loaded, parse_systemctl_show
+
+REAL = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'real-outputs')
+T4 = os.path.join(REAL, 'nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml')
+MISMATCH_570 = os.path.join(REAL, 'errors', 'nvml-mismatch_570.124_tinygrad-ogkm-issue47.txt')
+PROC_VERSION_OPEN = ('NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.124.06  Release Build  (root@host)  '
+                     'Thu Mar 13 15:20:41 UTC 2025\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n')
+MODULES = 'nvidia_uvm 1785856 0 - Live 0x0000000000000000 (PO)\nnvidia 60735488 2 nvidia_uvm, Live 0x0000000000000000 (PO)\n'
+
+
+def read(path):
+    with open(path, encoding='utf-8') as handle:
+        return handle.read()
+
+
+def smi(stdout, rc=0, stderr=''):
+    return {'path': '/usr/bin/nvidia-smi', 'rc': rc, 'stdout': stdout, 'stderr': stderr}
+
+
+def test_ok_node_from_real_xml():
+    facts = assemble({'nvidia_smi': smi(read(T4)), 'kernel': '6.1.0-26-amd64', 'proc_modules': MODULES})
+    assert facts['health'] == 'ok' and facts['health_reason'] is None
+    assert facts['driver_version'] == '515.105.01'
+    assert facts['gpu_count'] == 1 and facts['gpus'][0]['name'] == 'Tesla T4'
+    assert facts['nvidia_module_loaded'] and not facts['nouveau_loaded']
+    assert facts['kernel'] == '6.1.0-26-amd64'
+
+
+def test_mismatch_names_the_loaded_module():
+    facts = assemble({'nvidia_smi': smi(read(MISMATCH_570), rc=18), 'proc_driver_version': PROC_VERSION_OPEN, 'proc_modules': MODULES})
+    assert facts['health'] == 'broken' and facts['health_reason'] == 'driver_library_mismatch'
+    assert facts['health_message'].startswith('Failed to initialize NVML: Driver/library version mismatch')
+    assert facts['kernel_module_version'] == '570.124.06'
+    assert 'loaded kernel module: 570.124.06' in facts['health_message']
+    assert facts['gpus'] == [] and facts['driver_version'] is None
+
+
+def test_truncated_xml_is_unparsable_not_drift():
+    text = read(T4)
+    facts = assemble({'nvidia_smi': smi(text[:len(text) // 2])})
+    assert facts['health'] == 'broken' and facts['health_reason'] == 'unparsable'
+    assert 'cannot be read' in facts['health_message']
+
+
+def test_lost_gpu_on_stderr():
+    stderr = 'Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error\n'
+    facts = assemble({'nvidia_smi': smi(read(T4), stderr=stderr)})
+    assert facts['health'] == 'broken' and facts['health_reason'] == 'gpu_lost'
+    assert facts['health_message'] == stderr.strip()
+
+
+def test_missing_nvidia_smi_next_to_driver_package_is_broken():
+    listing = 'nvidia-driver-580-server\t580.65.06-0ubuntu1\tii \n'
+    facts = assemble({'packages': {'manager': 'dpkg', 'rc': 0, 'stdout': listing}})
+    assert facts['health'] == 'broken' and facts['health_reason'] == 'nvidia_smi_missing'
+    assert facts['driver_source'] == 'host_package'
+
+
+def test_no_driver_at_all_is_absent():
+    facts = assemble({'packages': {'manager': 'dpkg', 'rc': 0, 'stdout': 'bash\t5.2.15-2+b7\tii \n'}, 'proc_modules': ''})
+    assert facts['health'] == 'absent' and facts['packages'] == {} and facts['driver_source'] is None
+
+
+def test_gpu_operator_driver_container():
+    facts = assemble({'nvidia_smi': smi(read(T4)), 'gpu_operator_driver_root': True})
+    assert facts['driver_source'] == 'container'
+
+
+def test_package_listing_failure_is_reported_not_raised():
+    facts = assemble({'nvidia_smi': smi(read(T4)), 'packages': {'manager': 'dpkg', 'rc': 2, 'stdout': '', 'stderr': 'dpkg-query: error'}})
+    assert facts['packages'] == {} and 'rc=2' in facts['package_error'] and facts['health'] == 'ok'
+
+
+def test_filter_keeps_nvidia_stack_and_holds():
+    parsed = {
+        'bash': {'version': '5.2', 'held': False},
+        'nvidia-driver-580-open': {'version': '580.65.06-1', 'held': True},
+        'libnvidia-compute-580:amd64': {'version': '580.65.06-1', 'held': True},
+        'cuda-toolkit-13-0': {'version': '13.0.2-1', 'held': False},
+        'datacenter-gpu-manager-4-core': {'version': '1:4.1.0-1', 'held': False},
+        'linux-image-6.1.0-26-amd64': {'version': '6.1.112-1', 'held': False},
+    }
+    packages, held = filter_packages(parsed)
+    assert packages == {'nvidia-driver-580-open': '580.65.06-1', 'libnvidia-compute-580': '580.65.06-1',
+                        'cuda-toolkit-13-0': '13.0.2-1', 'datacenter-gpu-manager-4-core': '1:4.1.0-1'}
+    assert held == ['libnvidia-compute-580', 'nvidia-driver-580-open']
+
+
+@pytest.mark.parametrize('text, expected', [
+    ('LoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled\n',
+     {'active': 'active', 'sub': 'running', 'enabled': 'enabled'}),
+    ('LoadState=loaded\nActiveState=failed\nSubState=failed\nUnitFileState=enabled\n',
+     {'active': 'failed', 'sub': 'failed', 'enabled': 'enabled'}),
+    ('LoadState=not-found\nActiveState=inactive\nSubState=dead\nUnitFileState=\n', None),
+    ('', None),
+])
+def test_systemctl_show(text, expected):
+    assert parse_systemctl_show(text) == expected
+
+
+def test_module_loaded_matches_whole_name():
+    assert module_loaded(MODULES, 'nvidia')
+    assert not module_loaded(MODULES, 'nvidia_drm')
+    assert not module_loaded(None, 'nouveau')
