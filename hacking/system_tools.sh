@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the Debian packages the test suites use, when missing (root on Debian/Ubuntu only).
-#   shellcheck: ansible-test sanity's shellcheck test skips itself without it.
+#   The shellcheck program: ansible-test sanity's shellcheck test skips itself without it.
 set -o errexit -o nounset -o pipefail
 
 missing=()

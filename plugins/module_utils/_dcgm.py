@@ -61,7 +61,8 @@ _PLACEHOLDERS = frozenset(('', '<<<not_supported>>>', '<<<null>>>', '<<<not_foun
 
 _MESSAGE_KEYS = ('warning', 'warnings', 'message', 'msg', 'error', 'test_details', 'info', 'description')
 
-_GPU_TOKEN_RE = re.compile(r'^(?:gpu)?[:#]?(\d+)$', re.IGNORECASE)
+_DIGITS_RE = re.compile(r'^[0-9]+$')
+_GPU_TOKEN_RE = re.compile(r'^(?:gpu)?[:#]?([0-9]+)$', re.IGNORECASE)
 _TEST_NAME_RE = re.compile(r'^[A-Za-z0-9_ .-]+$')
 _PARAM_NAME_RE = re.compile(r'^[A-Za-z0-9_ .-]+$')
 _PARAM_VALUE_RE = re.compile(r'^[A-Za-z0-9_ .,:/+@%-]*$')
@@ -125,10 +126,8 @@ def _as_int(value):
         return value if value >= 0 else None
     if isinstance(value, float) and value.is_integer() and value >= 0:
         return int(value)
-    if isinstance(value, str):
-        value = value.strip()
-        if value.isdigit():
-            return int(value)
+    if isinstance(value, str) and _DIGITS_RE.match(value.strip()):
+        return int(value.strip())
     return None
 
 
@@ -231,7 +230,7 @@ def _gpu_ids(value):
 
 def _entity_group_name(result):
     group = _scalar_text(result.get('entity_group'))
-    if group is not None and not group.isdigit():
+    if group is not None and not _DIGITS_RE.match(group):
         return group
     group_id = _as_int(result.get('entity_group_id'))
     if group_id is None and group is not None:
@@ -262,9 +261,9 @@ def _json_start(text):
     return None
 
 
-def _unterminated(text, start):
-    """True when ``text[start:]`` ends inside a string or with unclosed ``{``/``[``."""
-    depth = 0
+def _unclosed(text, start):
+    """True when ``text[start:]`` ends inside a string or with unclosed ``{``/``[`` (and no mismatch)."""
+    stack = []
     in_string = False
     escaped = False
     for char in text[start:]:
@@ -279,12 +278,24 @@ def _unterminated(text, start):
         if char == '"':
             in_string = True
         elif char in '{[':
-            depth += 1
+            stack.append('}' if char == '{' else ']')
         elif char in '}]':
-            depth -= 1
-            if depth <= 0:
+            if not stack or stack.pop() != char:
                 return False
-    return in_string or depth > 0
+            if not stack:
+                return False
+    return in_string or bool(stack)
+
+
+def _truncated(text, start, exc):
+    """Whether a JSON decode error comes from the document being cut off (not from bad syntax)."""
+    if not _unclosed(text, start):
+        return False
+    if exc.msg.startswith('Unterminated string'):
+        return True
+    remainder = text[exc.pos:].strip()
+    # Nothing left, or only the beginning of a literal/number (``tru``, ``12.``) at the very end.
+    return remainder == '' or re.match(r'^[A-Za-z0-9.+-]+$', remainder) is not None
 
 
 def _looks_like_text_table(text):
@@ -313,7 +324,7 @@ def _load_json(text):
     try:
         data, _end = json.JSONDecoder().raw_decode(text, start)
     except json.JSONDecodeError as exc:
-        if _unterminated(text, start):
+        if _truncated(text, start, exc):
             end = len(text.rstrip())
             line = text.count('\n', 0, end) + 1
             column = end - (text.rfind('\n', 0, end) + 1) + 1
@@ -592,11 +603,16 @@ def _parse_iterations(data, iterations):
     entities = []
     tests = []
     errors = []
+    runtime_failure = None
     for number, item in enumerate(iterations, 1):
         if not isinstance(item, dict) or not item:
             continue
         try:
             parsed = _parse_single(item)
+        except DcgmRuntimeError as exc:
+            runtime_failure = runtime_failure or exc
+            errors.append('iteration %d: %s' % (number, exc))
+            continue
         except DcgmParseError as exc:
             errors.append('iteration %d: %s' % (number, exc))
             continue
@@ -611,6 +627,8 @@ def _parse_iterations(data, iterations):
     overall, _note = _status(data.get('Overall Result'))
     warning = _first_scalar(data.get('warning'), data.get('Warning'))
     if not tests:
+        if runtime_failure is not None:
+            raise runtime_failure
         detail = '; '.join(errors) or warning or 'no iteration holds test results'
         raise DcgmParseError('dcgmi diag --iterations document without any test result: %s' % detail)
     if data.get('Overall Result') is not None and overall == 'fail' and \
@@ -636,11 +654,11 @@ _WRAP_START = 30
 _WRAP_END = 75
 _ROW_RE = re.compile(r'^\|(.*?)\|(.*)\|\s*$')
 _SECTION_RE = re.compile(r'^[|+]-+\s+([A-Za-z][A-Za-z0-9 /_-]*?)\s+-+\+')
-_HEADER_RE = re.compile(r'^\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$')
-_ENTITY_LINE_RE = re.compile(r'^(GPU|CPU|GPU_I|GPU_CI|Switch|Link|CPU_Core)\s*(\d+)\s*:\s*(\S.*)$', re.IGNORECASE)
-_GROUP_LINE_RE = re.compile(r'^(Pass|Fail|Warn|Skip)\s*-\s*GPUs?\s*:\s*([\d,\s]+)$', re.IGNORECASE)
-_DETAIL_LABEL_RE = re.compile(r'^(Warning|Error|Info)(?:\s*:\s*([A-Za-z_]+?)\s*(\d+))?$', re.IGNORECASE)
-_MESSAGE_GPU_RE = re.compile(r'^GPU\s*(\d+)\b')
+_HEADER_RE = re.compile(r'^\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$', re.MULTILINE)
+_ENTITY_LINE_RE = re.compile(r'^(GPU|CPU|GPU_I|GPU_CI|Switch|Link|CPU_Core)\s*([0-9]+)\s*:\s*(\S.*)$', re.IGNORECASE)
+_GROUP_LINE_RE = re.compile(r'^(Pass|Fail|Warn|Skip)\s*-\s*GPUs?\s*:\s*([0-9,\s]+)$', re.IGNORECASE)
+_DETAIL_LABEL_RE = re.compile(r'^(Warning|Error|Info)(?:\s*:\s*([A-Za-z_]+?)\s*([0-9]+))?$', re.IGNORECASE)
+_MESSAGE_GPU_RE = re.compile(r'^GPU\s*([0-9]+)\b')
 
 
 def _cells(line):
@@ -672,7 +690,7 @@ def _new_text_test(name, value, category):
     group = _GROUP_LINE_RE.match(value)
     if group:
         status = normalize_status(group.group(1))
-        test['entities'].extend((int(gpu), status, 'GPU', int(gpu)) for gpu in re.findall(r'\d+', group.group(2)))
+        test['entities'].extend((int(gpu), status, 'GPU', int(gpu)) for gpu in re.findall(r'[0-9]+', group.group(2)))
     return test
 
 
@@ -725,7 +743,7 @@ def _text_table(lines):
         elif group:
             layout = layout or '3'
             status = normalize_status(group.group(1))
-            test['entities'].extend((int(gpu), status, 'GPU', int(gpu)) for gpu in re.findall(r'\d+', group.group(2)))
+            test['entities'].extend((int(gpu), status, 'GPU', int(gpu)) for gpu in re.findall(r'[0-9]+', group.group(2)))
             detail = None
         elif detail is not None:
             detail[2] += chunk
@@ -803,7 +821,7 @@ def parse_diag_text(text):
         raise DcgmParseError('dcgmi diag text table without any test row')
     schema = layout or '3'
     major = (version or '').split('.')[0]
-    if major.isdigit():
+    if _DIGITS_RE.match(major):
         schema = '4' if int(major) >= 4 else '3'
     result = _finish(tests, schema, version, driver, None, [])
     if len(tables) > 1:
@@ -816,7 +834,7 @@ def parse_diag_text(text):
 _SECTION_HOSTENGINE_RE = re.compile(r'^host\s*engine\s+build\s+info\s*:?\s*$', re.IGNORECASE)
 _SECTION_LOCAL_RE = re.compile(r'^(?:local|client|dcgmi)\s+build\s+info\s*:?\s*$', re.IGNORECASE)
 _BANNER_KV_RE = re.compile(r'^([A-Za-z][A-Za-z0-9 _.-]*?)\s*:\s*(.*?)\s*$')
-_VERSION_RE = re.compile(r'\d+(?:\.\d+)+(?:[-+~][0-9A-Za-z.]+)?')
+_VERSION_RE = re.compile(r'[0-9]+(?:\.[0-9]+)+(?:[-+~][0-9A-Za-z.]+)?')
 
 
 def parse_version_banner(text):
@@ -1004,6 +1022,11 @@ def classify_failure(rc, stdout, stderr):
         except DcgmParseError as exc:
             if _json_start(out) is not None and out.strip().startswith(('{', '[')):
                 parse_problem = str(exc)
+    elif _HEADER_RE.search(out):
+        try:
+            document = parse_diag_text(out)
+        except DcgmParseError:
+            document = None
     if document is not None and document['failures']:
         message = '\n'.join('%s%s: %s' % (f['test'], '' if f['gpu'] is None else ' (GPU %s)' % f['gpu'], f['message'])
                             for f in document['failures'])
@@ -1068,15 +1091,15 @@ def _run_value(run):
     if not names or not any(names):
         raise ValueError('run must name at least one test or a level 1-4, got %r' % (run,))
     for name in names:
-        if not name or not _TEST_NAME_RE.match(name):
+        if not name or not _TEST_NAME_RE.match(name) or name.startswith('-'):
             raise ValueError('invalid test name %r in run %r (allowed: letters, digits, "_", " ", ".", "-")' % (name, run))
-    if len(names) == 1 and names[0].isdigit():
+    if len(names) == 1 and _DIGITS_RE.match(names[0]):
         level = int(names[0])
         if not 1 <= level <= 4:
             raise ValueError('run level must be between 1 and 4, got %r' % (run,))
         return str(level)
     for name in names:
-        if name.isdigit():
+        if _DIGITS_RE.match(name):
             raise ValueError('run level %r cannot be combined with test names in %r' % (name, run))
     return ','.join(names)
 
@@ -1121,6 +1144,8 @@ def build_diag_argv(dcgmi_path, run, config=None, gpus=None, timeout=None, param
     """
     argv = [_check_text_arg(dcgmi_path, 'dcgmi_path'), 'diag', '-r', _run_value(run)]
     if config is not None:
+        if isinstance(config, str) and config.startswith('-'):
+            raise ValueError('config must be a file path, not an option: %r' % (config,))
         argv.extend(['-c', _check_text_arg(config, 'config')])
     if gpus is not None:
         gpu_list = _gpu_list(gpus)

@@ -44,6 +44,7 @@ options:
   config:
     description:
       - Path on the node of a diagnostic configuration file (C(dcgmi diag -c)).
+      - Mutually exclusive with I(parameters); DCGM 3.x silently ignores the file when C(-p) is given too.
     type: path
   gpus:
     description:
@@ -53,6 +54,7 @@ options:
   parameters:
     description:
       - Test parameters passed with C(dcgmi diag -p), as a mapping of C(test.parameter) to value.
+      - Mutually exclusive with I(config).
     type: dict
   timeout:
     description:
@@ -160,6 +162,12 @@ def _verdict(document, fail_on_warning):
     return result
 
 
+def _fail_to_run(module, argv, rc, stdout, stderr):
+    failure = _dcgm.classify_failure(rc, stdout, stderr)
+    module.fail_json(msg='dcgmi diag could not run (%s): %s' % (failure['reason'], failure['message']), reason=failure['reason'],
+                     cmd=argv, dcgmi_rc=rc, stdout=stdout, stderr=stderr)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -172,7 +180,7 @@ def main():
             fail_on_failure=dict(type='bool', default=True),
             fail_on_warning=dict(type='bool', default=False),
         ),
-        mutually_exclusive=[('level', 'tests')],
+        mutually_exclusive=[('level', 'tests'), ('config', 'parameters')],
         supports_check_mode=True,
     )
     params = module.params
@@ -192,13 +200,14 @@ def main():
     rc, stdout, stderr = module.run_command(argv, environ_update={'LC_ALL': 'C', 'LANG': 'C'})
     try:
         document = _dcgm.parse_diag_json(stdout)
+    except _dcgm.DcgmRuntimeError:
+        # The document only says the diagnostic could not run (host engine, GPUs in use, ...).
+        _fail_to_run(module, argv, rc, stdout, stderr)
     except _dcgm.DcgmParseError as exc:
         if rc == 0:
             module.fail_json(msg='dcgmi diag printed a document that cannot be read: %s' % exc, reason='unreadable',
                              cmd=argv, dcgmi_rc=rc, stdout=stdout, stderr=stderr)
-        failure = _dcgm.classify_failure(rc, stdout, stderr)
-        module.fail_json(msg='dcgmi diag could not run (%s): %s' % (failure['reason'], failure['message']), reason=failure['reason'],
-                         cmd=argv, dcgmi_rc=rc, stdout=stdout, stderr=stderr)
+        _fail_to_run(module, argv, rc, stdout, stderr)
 
     result = _verdict(document, params['fail_on_warning'])
     result.update(changed=False, cmd=argv, dcgmi_rc=rc)

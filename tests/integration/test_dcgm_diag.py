@@ -20,6 +20,10 @@ def test_dcgm_diag(fleet):
                                                'stdout': 'Error: unable to establish a connection to the specified host: localhost\n'
                                                          'Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n'})
     fleet.host('no-dcgm')
+    # DCGM_ST_IN_USE (-34, exit status 222) with DCGM's errorString() text for it.
+    fleet.host('gpus-busy').tool('dcgmi', {'args': ['diag'], 'rc': 222, 'stdout':
+                                           'Error: Unable to complete diagnostic for group 2147483647. Return: (-34) '
+                                           'The requested operation could not be completed because the affected resource is in use.\n'})
     fleet.host('unknown-document').tool('dcgmi', {'args': ['diag'], 'stdout': '{"DCGM Something New": {"tests": []}}\n'})
     result = run_playbook(PLAY, fleet.inventory())
 
@@ -43,6 +47,9 @@ def test_dcgm_diag(fleet):
 
     missing = level1['no-dcgm']
     assert missing['failed'] and missing['reason'] == 'dcgmi_missing' and 'dcgmi was not found' in missing['msg']
+
+    busy = level1['gpus-busy']
+    assert busy['failed'] and busy['reason'] == 'gpus_busy' and 'resource is in use' in busy['msg']
 
     unknown = level1['unknown-document']
     assert unknown['failed'] and unknown['reason'] == 'unreadable' and 'DCGM Something New' in unknown['msg']
