@@ -41,7 +41,8 @@ options:
     default: true
 notes:
   - Commands run with C(LC_ALL=C) and argument lists only; nothing is written on the node.
-  - C(nvswitch_count) counts the entries of C(/proc/driver/nvidia-nvswitch/devices), present on NVSwitch (HGX/DGX) systems.
+  - C(nvswitch_count) counts the entries of C(/proc/driver/nvidia-nvswitch/devices), present on NVSwitch (HGX/DGX) systems,
+    else the C(/dev/nvidia-nvswitchN) device nodes the driver creates.
 seealso:
   - module: gpufleet.lifecycle.drift_check
   - module: gpufleet.lifecycle.dcgm_diag
@@ -229,6 +230,7 @@ ansible_facts:
 
 import os
 import platform
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -255,6 +257,13 @@ def _read(path):
         return None
 
 
+def _nvswitch_count():
+    """NVSwitch devices the driver sees: /proc/driver/nvidia-nvswitch/devices, else the /dev/nvidia-nvswitchN nodes."""
+    if os.path.isdir(NVSWITCH_DEVICES):
+        return len(os.listdir(NVSWITCH_DEVICES))
+    return len([name for name in os.listdir('/dev') if re.match(r'^nvidia-nvswitch[0-9]+$', name)]) if os.path.isdir('/dev') else 0
+
+
 def _run(module, argv):
     rc, stdout, stderr = module.run_command(argv, environ_update={'LC_ALL': 'C', 'LANG': 'C'})
     return {'rc': rc, 'stdout': stdout, 'stderr': stderr}
@@ -275,7 +284,7 @@ def gather(module):
         'proc_driver_version': _read('/proc/driver/nvidia/version'),
         'gpu_operator_driver_root': os.path.isdir(GPU_OPERATOR_DRIVER_ROOT) and bool(os.listdir(GPU_OPERATOR_DRIVER_ROOT)),
         'runfile_uninstaller': os.path.exists('/usr/bin/nvidia-uninstall'),
-        'nvswitch_count': len(os.listdir(NVSWITCH_DEVICES)) if os.path.isdir(NVSWITCH_DEVICES) else 0,
+        'nvswitch_count': _nvswitch_count(),
         'banners': {},
         'services': {},
     }

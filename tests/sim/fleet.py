@@ -1,0 +1,518 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Bring a simulated GPU fleet up and down: podman nodes, dummy NVIDIA packages, Slurm or a fake Kubernetes API.
+
+Run it through ``tests/sim/fleet``::
+
+    tests/sim/fleet up --nodes 8 --scheduler slurm      # idempotent; prints the inventory path
+    tests/sim/fleet status
+    tests/sim/fleet fault gpu-03 diag_fail level=3 test=memory gpu=2
+    tests/sim/fleet fault gpu-03 clear
+    tests/sim/fleet exec gpu-03 -- nvidia-smi -q -x
+    tests/sim/fleet down                                 # stops every process and container it started
+
+Everything lives under the state folder (default ``build/sim`` of the checkout): the generated SSH key,
+per-node files bind-mounted into the nodes, the inventory, Slurm's and the Kubernetes API's state.
+Nodes are podman containers (systemd as PID 1, sshd on a loopback port of their own, host network),
+started from an image built once with mmdebstrap and cached by a hash of its inputs; a second image,
+provisioned with a driver branch, is cached the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(HERE, 'node'))
+sys.path.insert(0, os.path.join(HERE, 'packages'))
+sys.path.insert(0, os.path.join(HERE, 'slurm'))
+sys.path.insert(0, os.path.join(HERE, 'kube'))
+
+from gpufleet_sim import state as node_state  # noqa: E402  pylint: disable=wrong-import-position
+import fleet_faults  # noqa: E402  pylint: disable=wrong-import-position
+
+NODE_NAME = re.compile(r'^[a-z][a-z0-9-]{0,40}$')
+LABEL = 'io.gpufleet.sim'
+IMAGE_REPO = 'localhost/gpufleet-sim-node'
+HOST_PACKAGES = ('podman', 'runc', 'mmdebstrap', 'uidmap', 'openssh-client')
+IMAGE_PACKAGES = ('python3', 'python3-apt', 'systemd', 'systemd-sysv', 'dbus', 'sudo', 'openssh-server', 'iproute2', 'procps')
+CONTAINERS_CONF = """[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+SSH_BASE_PORT = 22200
+# What a provisioned node has installed, by driver branch: (package, version) of the dummy repository.
+# Each expands to every versioned piece (catalog.exact_install), as NVIDIA's instructions name them.
+PROVISION = {
+    '550': [('nvidia-driver-550-server', '550.127.05-0ubuntu1'), ('nvidia-container-toolkit', '1.16.2-1'),
+            ('datacenter-gpu-manager', '1:3.3.9')],
+    '580': [('nvidia-driver-580-server', '580.65.06-0ubuntu1'), ('nvidia-container-toolkit', '1.17.0-1'),
+            ('datacenter-gpu-manager-4-core', '1:4.1.0-1')],
+}
+FABRIC_MANAGER = {'550': ('nvidia-fabricmanager-550', '550.127.05-1'), '580': ('nvidia-fabricmanager-580', '580.65.06-1')}
+KERNEL = 'linux-image-6.1.0-26-amd64'
+
+
+class FleetError(Exception):
+    """A fleet operation that cannot go on; the message says why."""
+
+
+def log(message):
+    """Progress on stderr; stdout carries results (the inventory path)."""
+    sys.stderr.write('fleet: %s\n' % message)
+    sys.stderr.flush()
+
+
+def run(argv, check=True, capture=True, env=None, timeout=None, input_text=None):
+    """Run an argument list; raise FleetError with its output when it fails and ``check``."""
+    process = subprocess.run(argv, capture_output=capture, text=True, env=env, timeout=timeout, check=False, input=input_text)
+    if check and process.returncode != 0:
+        raise FleetError('%s failed (rc=%s): %s%s' % (' '.join(argv), process.returncode,
+                                                      process.stdout or '', process.stderr or ''))
+    return process
+
+
+class Fleet:
+    """One fleet, described by its state folder."""
+
+    def __init__(self, state_dir):
+        self.state_dir = os.path.abspath(state_dir)
+        self.config_path = os.path.join(self.state_dir, 'fleet.json')
+        self.containers_conf = os.path.join(self.state_dir, 'containers.conf')
+
+    # ------------------------------------------------------------------ environment
+
+    def podman_env(self):
+        environment = dict(os.environ)
+        environment['CONTAINERS_CONF'] = self.containers_conf
+        return environment
+
+    def podman(self, *arguments, **kwargs):
+        return run(['podman'] + list(arguments), env=self.podman_env(), **kwargs)
+
+    def load(self):
+        if not os.path.exists(self.config_path):
+            return None
+        with open(self.config_path, encoding='utf-8') as handle:
+            return json.load(handle)
+
+    def save(self, config):
+        os.makedirs(self.state_dir, exist_ok=True)
+        temporary = self.config_path + '.tmp'
+        with open(temporary, 'w', encoding='utf-8') as handle:
+            json.dump(config, handle, indent=2, sort_keys=True)
+        os.replace(temporary, self.config_path)
+
+    @staticmethod
+    def ensure_host_packages():
+        missing = [package for package in HOST_PACKAGES if not shutil.which({'openssh-client': 'ssh', 'uidmap': 'newuidmap'}.get(package, package))]
+        if not missing:
+            return
+        if os.geteuid() != 0:
+            raise FleetError('missing %s; install them (needs root): apt-get install %s' % (', '.join(missing), ' '.join(missing)))
+        log('installing %s' % ', '.join(missing))
+        environment = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
+        install = ['apt-get', 'install', '-y', '-qq', '--no-install-recommends'] + missing
+        if run(install, check=False, env=environment).returncode != 0:
+            run(['apt-get', 'update', '-qq'], env=environment)
+            run(install, env=environment)
+
+    def prepare(self):
+        os.makedirs(self.state_dir, exist_ok=True)
+        with open(self.containers_conf, 'w', encoding='utf-8') as handle:
+            handle.write(CONTAINERS_CONF)
+        key = os.path.join(self.state_dir, 'ssh', 'id_ed25519')
+        if not os.path.exists(key):
+            os.makedirs(os.path.dirname(key), mode=0o700, exist_ok=True)
+            run(['ssh-keygen', '-q', '-t', 'ed25519', '-N', '', '-C', 'gpufleet-sim', '-f', key])
+        return key
+
+    # ------------------------------------------------------------------ images
+
+    @staticmethod
+    def _hash(paths, extra):
+        digest = hashlib.sha256(extra.encode('utf-8'))
+        for path in paths:
+            for folder, dummy, files in sorted(os.walk(path)) if os.path.isdir(path) else [(os.path.dirname(path), None, [os.path.basename(path)])]:
+                for name in sorted(files):
+                    if name.endswith('.pyc'):
+                        continue
+                    with open(os.path.join(folder, name), 'rb') as handle:
+                        digest.update(name.encode('utf-8') + handle.read())
+        return digest.hexdigest()[:16]
+
+    def image_exists(self, reference):
+        return self.podman('image', 'exists', reference, check=False).returncode == 0
+
+    @staticmethod
+    def debian_mirror():
+        """The Debian mirror of this machine's apt sources."""
+        candidates = ['/etc/apt/sources.list'] + sorted(
+            os.path.join('/etc/apt/sources.list.d', name) for name in os.listdir('/etc/apt/sources.list.d')) \
+            if os.path.isdir('/etc/apt/sources.list.d') else ['/etc/apt/sources.list']
+        for path in candidates:
+            if not os.path.exists(path):
+                continue
+            with open(path, encoding='utf-8') as handle:
+                for match in re.finditer(r'(https?://\S+?/debian)/?(?:\s|$)', handle.read()):
+                    if 'security' not in match.group(1):
+                        return match.group(1)
+        return 'http://deb.debian.org/debian'
+
+    def base_image(self):
+        """The node base image (Debian bookworm minbase + systemd + sshd), built once."""
+        image_dir = os.path.join(HERE, 'node', 'image')
+        tag = '%s:base-%s' % (IMAGE_REPO, self._hash([image_dir], ' '.join(IMAGE_PACKAGES)))
+        if self.image_exists(tag):
+            return tag
+        log('building the node base image %s with mmdebstrap (about 1-2 minutes)' % tag)
+        tarball = os.path.join(self.state_dir, 'base.tar')
+        run(['mmdebstrap', '--variant=minbase', '--include=' + ','.join(IMAGE_PACKAGES),
+             '--customize-hook=%s "$1"' % os.path.join(image_dir, 'customize.sh'),
+             'bookworm', tarball, self.debian_mirror()], timeout=1200)
+        self.podman('import', '--change', 'CMD ["/sbin/init"]', tarball, tag, timeout=600)
+        os.unlink(tarball)
+        return tag
+
+    def repository(self):
+        """Build (or reuse) the local apt repository of dummy NVIDIA packages."""
+        import build_repo  # pylint: disable=import-outside-toplevel,import-error
+        return build_repo.build(os.path.join(self.state_dir, 'repo'))
+
+    def provisioned_image(self, base, branch, fabric_manager):
+        """The base image with one driver branch installed and its module built, cached."""
+        import catalog  # pylint: disable=import-outside-toplevel,import-error
+        wanted = PROVISION[branch] + ([FABRIC_MANAGER[branch]] if fabric_manager else [])
+        packages = [KERNEL]
+        for name, version in wanted:
+            packages.extend(argument for argument in catalog.exact_install(name, version) if argument not in packages)
+        tag = '%s:%s-%s' % (IMAGE_REPO, branch + ('-fm' if fabric_manager else ''),
+                            self._hash([os.path.join(HERE, 'packages'), os.path.join(HERE, 'node', 'gpufleet_sim')], base + ' '.join(packages)))
+        if self.image_exists(tag):
+            return tag
+        log('provisioning image %s (%s)' % (tag, ' '.join(packages)))
+        name = 'gpufleet-sim-provision-%d' % os.getpid()
+        hardware_dir = os.path.join(self.state_dir, 'provision-etc')
+        os.makedirs(hardware_dir, exist_ok=True)
+        self._write_json(os.path.join(hardware_dir, 'hardware.json'), node_state.make_hardware('provision', 'h100-sxm-8'))
+        self._write_json(os.path.join(hardware_dir, 'faults.json'), {})
+        self.podman('run', '-d', '--name', name, '--network', 'none', '--systemd=always',
+                    '-v', '%s:/usr/lib/gpufleet-sim/gpufleet_sim:ro' % os.path.join(HERE, 'node', 'gpufleet_sim'),
+                    '-v', '%s:/srv/gpufleet-repo:ro' % self.repository(),
+                    '-v', '%s:/etc/gpufleet-sim' % hardware_dir, base, '/sbin/init')
+        try:
+            self.wait_for_systemd(name)
+            self.podman('exec', name, 'apt-get', 'update', '-qq')
+            self.podman('exec', '-e', 'DEBIAN_FRONTEND=noninteractive', name, 'apt-get', 'install', '-y', '-qq',
+                        '--no-install-recommends', *packages, timeout=600)
+            self.podman('exec', name, 'apt-mark', 'hold', *[package.split('=')[0] for package in packages if '=' in package])
+            # As NVIDIA's install guides do: the DCGM host engine, and Fabric Manager on NVSwitch systems.
+            self.podman('exec', name, 'systemctl', 'enable', 'nvidia-dcgm.service', *(['nvidia-fabricmanager.service'] if fabric_manager else []))
+            self.podman('stop', '-t', '10', name)
+            self.podman('commit', '--quiet', '--change', 'CMD ["/sbin/init"]', name, tag, timeout=600)
+        finally:
+            self.podman('rm', '-f', name, check=False)
+        return tag
+
+    def wait_for_systemd(self, container, timeout=90):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            process = self.podman('exec', container, 'systemctl', 'is-system-running', check=False)
+            if process.stdout.strip() in ('running', 'degraded'):
+                return process.stdout.strip()
+            time.sleep(0.5)
+        raise FleetError('%s: systemd did not finish booting in %ds' % (container, timeout))
+
+    # ------------------------------------------------------------------ nodes
+
+    @staticmethod
+    def _write_json(path, data):
+        temporary = path + '.tmp'
+        with open(temporary, 'w', encoding='utf-8') as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write('\n')
+        os.replace(temporary, path)
+
+    def container(self, node):
+        """Container name: the node name behind a short hash of the state folder, so two fleets can coexist."""
+        return 'gpufleet-sim-%s-%s' % (hashlib.sha256(self.state_dir.encode('utf-8')).hexdigest()[:6], node)
+
+    def node_dir(self, node):
+        return os.path.join(self.state_dir, 'nodes', node)
+
+    @staticmethod
+    def free_port(preferred):
+        for port in range(preferred, preferred + 200):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.bind(('127.0.0.1', port))
+                except OSError:
+                    continue
+                return port
+        raise FleetError('no free loopback port from %d' % preferred)
+
+    def start_node(self, node, spec, image, key):
+        folder = self.node_dir(node)
+        etc = os.path.join(folder, 'etc')
+        os.makedirs(etc, exist_ok=True)
+        os.makedirs(os.path.join(folder, 'var'), exist_ok=True)
+        hardware = os.path.join(etc, 'hardware.json')
+        if not os.path.exists(hardware):
+            self._write_json(hardware, node_state.make_hardware(node, spec['profile']))
+        if not os.path.exists(os.path.join(etc, 'faults.json')):
+            self._write_json(os.path.join(etc, 'faults.json'), {})
+        sshd = os.path.join(folder, 'sshd.conf')
+        with open(sshd, 'w', encoding='utf-8') as handle:
+            handle.write('# gpufleet simulated node %s\nPort %d\nListenAddress 127.0.0.1\nPermitRootLogin prohibit-password\n'
+                         'PasswordAuthentication no\nUseDNS no\n' % (node, spec['ssh_port']))
+        authorized = os.path.join(folder, 'authorized_keys')
+        shutil.copyfile(key + '.pub', authorized)
+        os.chmod(authorized, 0o600)
+        self.podman('run', '-d', '--name', self.container(node), '--hostname', node, '--network', 'host',
+                    '--systemd=always', '--restart=always', '--label', LABEL + '=' + self.state_dir,
+                    '-v', '%s:/usr/lib/gpufleet-sim/gpufleet_sim:ro' % os.path.join(HERE, 'node', 'gpufleet_sim'),
+                    '-v', '%s:/srv/gpufleet-repo:ro' % spec['repo'],
+                    '-v', '%s:/etc/gpufleet-sim' % etc,
+                    '-v', '%s:/var/lib/gpufleet-sim' % os.path.join(folder, 'var'),
+                    '-v', '%s:/etc/ssh/sshd_config.d/gpufleet-node.conf:ro' % sshd,
+                    '-v', '%s:/root/.ssh/authorized_keys:ro' % authorized,
+                    image, '/sbin/init')
+
+    def running(self, node):
+        process = self.podman('container', 'inspect', '--format', '{{.State.Running}}', self.container(node), check=False)
+        return process.returncode == 0 and process.stdout.strip() == 'true'
+
+    def wait_for_ssh(self, node, port, key, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.ssh(node, port, key, ['true'], check=False).returncode == 0:
+                return
+            time.sleep(0.5)
+        raise FleetError('%s: sshd on 127.0.0.1:%d did not answer in %ds' % (node, port, timeout))
+
+    @staticmethod
+    def ssh_options(key):
+        return ['-i', key, '-o', 'StrictHostKeyChecking=no', '-o', 'UserKnownHostsFile=/dev/null', '-o', 'LogLevel=ERROR',
+                '-o', 'BatchMode=yes', '-o', 'ConnectTimeout=5']
+
+    def ssh(self, node, port, key, command, check=True):
+        del node
+        return run(['ssh'] + self.ssh_options(key) + ['-p', str(port), 'root@127.0.0.1', '--'] + command, check=check, timeout=60)
+
+    # ------------------------------------------------------------------ commands
+
+    def up(self, count, scheduler, branch, profile, prefix, fabric_manager=None):
+        if count < 1 or count > 64:
+            raise FleetError('--nodes must be between 1 and 64')
+        if not NODE_NAME.match(prefix + '01'):
+            raise FleetError('invalid node name prefix %r' % prefix)
+        if branch not in PROVISION:
+            raise FleetError('unknown driver branch %s; known: %s' % (branch, ', '.join(sorted(PROVISION))))
+        started = time.time()
+        self.ensure_host_packages()
+        key = self.prepare()
+        config = self.load() or {'nodes': {}, 'scheduler': None}
+        repo = self.repository()
+        base = self.base_image()
+        if fabric_manager is None:
+            fabric_manager = node_state.make_hardware('x', profile).get('nvswitch_count', 0) > 0
+        image = self.provisioned_image(base, branch, fabric_manager)
+        wanted = ['%s%02d' % (prefix, index) for index in range(1, count + 1)]
+        used_ports = set(spec['ssh_port'] for spec in config['nodes'].values())
+        for node in wanted:
+            if node not in config['nodes']:
+                port = SSH_BASE_PORT
+                while port in used_ports:
+                    port += 1
+                port = self.free_port(port)
+                used_ports.add(port)
+                config['nodes'][node] = {'ssh_port': port, 'profile': profile, 'branch': branch, 'image': image, 'repo': repo}
+        self.save(config)
+
+        def bring_up(node):
+            spec = config['nodes'][node]
+            if not self.running(node):
+                self.podman('rm', '-f', self.container(node), check=False)
+                self.start_node(node, spec, spec['image'], key)
+            self.wait_for_ssh(node, spec['ssh_port'], key)
+            return node
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(bring_up, wanted))
+        config['scheduler'] = scheduler
+        self.save(config)
+        if scheduler == 'slurm':
+            self.slurm_up(config)
+        elif scheduler in ('kubernetes', 'runai'):
+            self.kube_up(config)
+        inventory = self.write_inventory(config, key)
+        log('fleet of %d node(s) up in %.0fs; inventory: %s' % (len(config['nodes']), time.time() - started, inventory))
+        return inventory
+
+    def slurm_up(self, config):
+        import slurm_sim  # pylint: disable=import-outside-toplevel,import-error
+        slurm_sim.ensure_packages()
+        reboot = [sys.executable, os.path.join(HERE, 'fleet.py'), '--state-dir', self.state_dir, 'reboot-node']
+        config['slurm_env'] = slurm_sim.up(os.path.join(self.state_dir, 'slurm'), sorted(config['nodes']), gpus=8, reboot_command=reboot)
+        self.save(config)
+
+    def kube_up(self, config):
+        import fake_apiserver  # pylint: disable=import-outside-toplevel,import-error
+        config['kubeconfig'] = fake_apiserver.serve_fleet(os.path.join(self.state_dir, 'kube'), sorted(config['nodes']))
+        self.save(config)
+
+    def write_inventory(self, config, key):
+        path = os.path.join(self.state_dir, 'inventory.json')
+        hosts = {}
+        for node, spec in sorted(config['nodes'].items()):
+            hosts[node] = {
+                'ansible_host': '127.0.0.1',
+                'ansible_port': spec['ssh_port'],
+                'ansible_user': 'root',
+                'ansible_ssh_private_key_file': key,
+                'ansible_ssh_common_args': '-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null',
+                'ansible_python_interpreter': '/usr/bin/python3',
+            }
+        group_vars = {'gpufleet_sim_state_dir': self.state_dir, 'gpufleet_scheduler': config.get('scheduler') or 'none'}
+        if config.get('slurm_env'):
+            group_vars['gpufleet_slurm_environment'] = config['slurm_env']
+        if config.get('kubeconfig'):
+            group_vars['gpufleet_kubeconfig'] = config['kubeconfig']
+        self._write_json(path, {'all': {'children': {'gpu': {'hosts': hosts}}, 'vars': group_vars}})
+        return path
+
+    def down(self):
+        config = self.load() or {'nodes': {}}
+        if os.path.isdir(os.path.join(self.state_dir, 'slurm')):
+            import slurm_sim  # pylint: disable=import-outside-toplevel,import-error
+            slurm_sim.down(os.path.join(self.state_dir, 'slurm'))
+        if os.path.isdir(os.path.join(self.state_dir, 'kube')):
+            import fake_apiserver  # pylint: disable=import-outside-toplevel,import-error
+            fake_apiserver.stop_fleet(os.path.join(self.state_dir, 'kube'))
+        if os.path.exists(self.containers_conf):
+            listed = self.podman('ps', '-a', '--filter', 'label=%s=%s' % (LABEL, self.state_dir), '--format', '{{.Names}}', check=False)
+            names = [name for name in listed.stdout.split() if name]
+            if names:
+                self.podman('rm', '-f', '-t', '5', *names, timeout=300)
+        config['nodes'] = {}
+        config['scheduler'] = None
+        self.save(config)
+        shutil.rmtree(os.path.join(self.state_dir, 'nodes'), ignore_errors=True)
+        log('fleet down')
+
+    def status(self):
+        config = self.load() or {'nodes': {}}
+        rows = []
+        for node, spec in sorted(config['nodes'].items()):
+            boot = None
+            if self.running(node):
+                process = self.podman('exec', self.container(node), 'cat', '/run/gpufleet-sim/boot.json', check=False)
+                boot = json.loads(process.stdout) if process.returncode == 0 else None
+            rows.append({'node': node, 'running': boot is not None or self.running(node), 'ssh_port': spec['ssh_port'],
+                         'kernel': (boot or {}).get('kernel'), 'driver_loaded': (boot or {}).get('driver')})
+        return {'scheduler': config.get('scheduler'), 'nodes': rows}
+
+    def set_fault(self, node, name, settings):
+        config = self.load() or {'nodes': {}}
+        if node not in config['nodes']:
+            raise FleetError('unknown node %s; nodes: %s' % (node, ', '.join(sorted(config['nodes'])) or 'none'))
+        path = os.path.join(self.node_dir(node), 'etc', 'faults.json')
+        faults = {}
+        if name != 'clear':
+            with open(path, encoding='utf-8') as handle:
+                faults = json.load(handle)
+            faults[name] = fleet_faults.parse_fault_settings(name, settings)
+        self._write_json(path, faults)
+        if name == 'xid':
+            fleet_faults.append_xid(os.path.join(self.node_dir(node), 'var'), self.hardware(node), faults['xid'])
+        if name == 'long_job':
+            self.start_long_job(config, node, faults['long_job'])
+        return faults
+
+    def hardware(self, node):
+        with open(os.path.join(self.node_dir(node), 'etc', 'hardware.json'), encoding='utf-8') as handle:
+            return json.load(handle)
+
+    def start_long_job(self, config, node, settings):
+        seconds = int(settings.get('seconds', 3600))
+        if config.get('scheduler') == 'slurm':
+            import slurm_sim  # pylint: disable=import-outside-toplevel,import-error
+            settings['job_id'] = slurm_sim.submit_job(config['slurm_env'], node, seconds)
+        elif config.get('scheduler') in ('kubernetes', 'runai'):
+            import fake_apiserver  # pylint: disable=import-outside-toplevel,import-error
+            settings['pod'] = fake_apiserver.add_long_pod(os.path.join(self.state_dir, 'kube'), node, seconds)
+
+    def reboot_node(self, node):
+        """Reboot a node the way its OS would (systemd inside the container), used by Slurm's RebootProgram."""
+        if self.podman('exec', self.container(node), 'systemctl', 'reboot', check=False).returncode != 0:
+            self.podman('restart', '-t', '5', self.container(node))
+
+    def exec_node(self, node, command):
+        process = subprocess.run(['podman', 'exec', self.container(node)] + command, env=self.podman_env(), check=False)
+        return process.returncode
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog='tests/sim/fleet', description=__doc__.split('\n\n', maxsplit=1)[0])
+    parser.add_argument('--state-dir', default=os.environ.get('GPUFLEET_SIM_STATE', os.path.join(ROOT, 'build', 'sim')))
+    commands = parser.add_subparsers(dest='command', required=True)
+    up = commands.add_parser('up', help='bring the fleet up (idempotent); prints the inventory path')
+    up.add_argument('--nodes', type=int, default=4)
+    up.add_argument('--scheduler', choices=['slurm', 'kubernetes', 'runai', 'none'], default='none')
+    up.add_argument('--driver', default='550', help='driver branch the nodes start on (%s)' % ', '.join(sorted(PROVISION)))
+    up.add_argument('--profile', default='h100-sxm-8', help='GPU profile: %s' % ', '.join(node_state.PROFILES))
+    up.add_argument('--prefix', default='gpu-', help='node name prefix (nodes are PREFIX01, PREFIX02, ...)')
+    commands.add_parser('down', help='stop every container and process of the fleet')
+    commands.add_parser('status', help='nodes, booted kernel and loaded driver (JSON)')
+    commands.add_parser('inventory', help='print the inventory path')
+    fault = commands.add_parser('fault', help='set a fault on a node (see tests/sim/README.md), or "clear"')
+    fault.add_argument('node')
+    fault.add_argument('name', choices=sorted(fleet_faults.FAULTS) + ['clear'])
+    fault.add_argument('settings', nargs='*', help='key=value')
+    reboot = commands.add_parser('reboot-node', help='reboot one node (Slurm RebootProgram)')
+    reboot.add_argument('node')
+    execute = commands.add_parser('exec', help='run a command in a node')
+    execute.add_argument('node')
+    execute.add_argument('cmd', nargs=argparse.REMAINDER)
+    arguments = parser.parse_args(argv)
+    fleet = Fleet(arguments.state_dir)
+    try:
+        if arguments.command == 'up':
+            print(fleet.up(arguments.nodes, arguments.scheduler, arguments.driver, arguments.profile, arguments.prefix))
+        elif arguments.command == 'down':
+            fleet.down()
+        elif arguments.command == 'status':
+            print(json.dumps(fleet.status(), indent=2))
+        elif arguments.command == 'inventory':
+            print(os.path.join(fleet.state_dir, 'inventory.json'))
+        elif arguments.command == 'fault':
+            print(json.dumps(fleet.set_fault(arguments.node, arguments.name, arguments.settings)))
+        elif arguments.command == 'reboot-node':
+            fleet.reboot_node(arguments.node)
+        elif arguments.command == 'exec':
+            command = arguments.cmd[1:] if arguments.cmd[:1] == ['--'] else arguments.cmd
+            return fleet.exec_node(arguments.node, command)
+    except (FleetError, fleet_faults.FaultError) as exc:
+        sys.stderr.write('fleet: error: %s\n' % exc)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

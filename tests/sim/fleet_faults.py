@@ -1,0 +1,76 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Fault knobs of the simulated fleet: parsing ``fleet fault NODE NAME key=value ...`` and the Xid log.
+
+The fault file format is described in tests/sim/README.md; the fake tools read it inside the node.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+# fault -> {setting: type}
+FAULTS = {
+    'diag_fail': {'level': int, 'test': str, 'gpu': int},
+    'reboot_hang': {},
+    'fm_fail': {},
+    'dpkg_fail': {'package': str},
+    'dkms_fail': {},
+    'xid': {'gpu': int, 'xid': int},
+    'long_job': {'seconds': int},
+}
+DEFAULTS = {
+    'diag_fail': {'level': 1, 'gpu': 0},
+    'xid': {'gpu': 0, 'xid': 79},
+    'long_job': {'seconds': 3600},
+}
+XID_TEXT = {
+    79: 'GPU has fallen off the bus.',
+    48: 'DBE (Double Bit Error) ECC Error',
+    63: 'Row remapping event: Row remapper: ECC error',
+    13: 'Graphics Engine Exception',
+}
+
+
+class FaultError(ValueError):
+    """A fault request that cannot be applied."""
+
+
+def parse_fault_settings(name, settings):
+    """``['level=3', 'gpu=2']`` -> {'level': 3, 'gpu': 2} for fault ``name``, defaults applied."""
+    if name not in FAULTS:
+        raise FaultError('unknown fault %s; faults: %s' % (name, ', '.join(sorted(FAULTS))))
+    result = dict(DEFAULTS.get(name, {}))
+    for setting in settings:
+        key, separator, value = setting.partition('=')
+        if not separator or key not in FAULTS[name]:
+            raise FaultError('fault %s takes %s, got %r' % (name, ', '.join('%s=' % k for k in FAULTS[name]) or 'no settings', setting))
+        try:
+            result[key] = FAULTS[name][key](value)
+        except ValueError:
+            raise FaultError('fault %s: %s must be a %s, got %r' % (name, key, FAULTS[name][key].__name__, value))
+    if name == 'diag_fail' and 'test' not in result:
+        result['test'] = 'software' if result['level'] == 1 else 'memory'
+    return result
+
+
+def xid_line(hardware, settings, now=None):
+    """A kernel-log line in the real NVRM format for the Xid fault."""
+    gpus = hardware.get('gpus') or []
+    index = settings.get('gpu', 0)
+    if index >= len(gpus):
+        raise FaultError('gpu %d does not exist (the node has %d GPUs)' % (index, len(gpus)))
+    domain, rest = gpus[index]['pci_bus_id'].split(':', 1)   # "00000000:18:00.0" -> "0000:18:00" as NVRM prints it
+    bus = '%s:%s' % (domain[-4:], rest.rsplit('.', 1)[0])
+    xid = settings.get('xid', 79)
+    stamp = time.strftime('%a %b %d %H:%M:%S %Y', time.localtime(now))
+    return '[%s] NVRM: Xid (PCI:%s): %d, pid=\'<unknown>\', name=<unknown>, %s\n' % (stamp, bus, xid, XID_TEXT.get(xid, 'Xid event'))
+
+
+def append_xid(var_dir, hardware, settings):
+    """Append the Xid line to the node's kernel log (``/var/lib/gpufleet-sim/xid.log`` inside the node)."""
+    os.makedirs(var_dir, exist_ok=True)
+    with open(os.path.join(var_dir, 'xid.log'), 'a', encoding='utf-8') as handle:
+        handle.write(xid_line(hardware, settings))

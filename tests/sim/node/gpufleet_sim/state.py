@@ -1,0 +1,513 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The state model of one simulated GPU node (the "node contract" of tests/sim/README.md).
+
+All paths are relative to the node root: ``$GPUFLEET_SIM_ROOT`` (default ``/``), so that the
+tools can run on a folder in unit tests.
+
+========================================================  ===========================================
+path                                                      meaning
+========================================================  ===========================================
+``etc/gpufleet-sim/hardware.json``                        the GPUs (written by ``fleet up``, see
+                                                          :func:`make_hardware`)
+``etc/gpufleet-sim/faults.json``                          injected faults, ``{name: {setting: value}}``
+``run/gpufleet-sim/boot.json``                            written by the boot step: the loaded driver
+``usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1``            link to ``libnvidia-ml.so.<version>``: the
+                                                          installed user-space driver (NVML)
+``usr/share/gpufleet-sim/versions/<package>``             one file per installed dummy package, content
+                                                          = the package's upstream version
+``usr/src/nvidia-<version>/dkms.conf``                    a DKMS module source (``PACKAGE_VERSION``,
+                                                          ``OPEN``)
+``lib/modules/<kernel>/updates/dkms/nvidia.ko``           a built module: ``<version>`` [`` open``]
+``boot/vmlinuz-<kernel>``                                 an installed kernel
+``run/gpufleet-sim/persistenced.pid``                     nvidia-persistenced runs (this boot)
+``run/gpufleet-sim/fabricmanager.pid``                    nv-fabricmanager runs (this boot)
+``run/gpufleet-sim/persistence_mode``                     legacy ``nvidia-smi -pm`` settings (this boot)
+``run/gpufleet-sim/reboot_hang.json``                     what the boot step did for ``reboot_hang``
+``var/lib/gpufleet-sim/xid.log``                          kernel-log Xid lines (written by ``fleet``)
+========================================================  ===========================================
+
+``$GPUFLEET_SIM_PACKAGE`` names the dummy package that owns the tool being run (set by the
+package's wrapper script); a tool reads its own version from that package's versions file.
+"""
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import uuid
+
+ROOT_ENV = 'GPUFLEET_SIM_ROOT'
+PACKAGE_ENV = 'GPUFLEET_SIM_PACKAGE'
+# Set (to anything but "" or "0") to make the boot step only record the systemctl calls of reboot_hang.
+NO_SYSTEMCTL_ENV = 'GPUFLEET_SIM_NO_SYSTEMCTL'
+
+HARDWARE_FILE = 'etc/gpufleet-sim/hardware.json'
+FAULTS_FILE = 'etc/gpufleet-sim/faults.json'
+RUN_DIR = 'run/gpufleet-sim'
+BOOT_FILE = 'run/gpufleet-sim/boot.json'
+PERSISTENCED_PID = 'run/gpufleet-sim/persistenced.pid'
+FABRICMANAGER_PID = 'run/gpufleet-sim/fabricmanager.pid'
+PERSISTENCE_MODE_FILE = 'run/gpufleet-sim/persistence_mode'
+REBOOT_HANG_FILE = 'run/gpufleet-sim/reboot_hang.json'
+NVML_LINK = 'usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1'
+VERSIONS_DIR = 'usr/share/gpufleet-sim/versions'
+DKMS_SOURCE_DIR = 'usr/src'
+MODULES_DIR = 'lib/modules'
+KERNEL_DIR = 'boot'
+XID_LOG = 'var/lib/gpufleet-sim/xid.log'
+MODULE_SUBPATH = 'updates/dkms/nvidia.ko'
+
+_NVML_RE = re.compile(r'^libnvidia-ml\.so\.([0-9]+(?:\.[0-9]+)+)$')
+_VERSION_RE = re.compile(r'^([0-9]+)(?:\.|$)')
+
+# Defaults of the fault settings (tests/sim/README.md, "Faults").
+FAULT_DEFAULTS = {
+    'diag_fail': {'level': 1, 'gpu': 0},
+    'xid': {'gpu': 0, 'xid': 79},
+    'long_job': {'seconds': 3600},
+}
+_INT_SETTINGS = ('level', 'gpu', 'xid', 'seconds')
+
+# CUDA driver API version of each driver branch (the "CUDA Version" nvidia-smi prints).
+CUDA_BY_BRANCH = {
+    525: '12.0', 530: '12.1', 535: '12.2', 545: '12.3', 550: '12.4', 555: '12.5', 560: '12.6',
+    565: '12.7', 570: '12.8', 575: '12.9', 580: '13.0', 590: '13.1',
+}
+
+# --------------------------------------------------------------------------- hardware profiles
+
+# Real HGX/PCIe bus numbers (HGX H100: thamada/nvidia-smi capture; DGX A100 layout).
+_BUSES = {
+    'h100-sxm-8': ('18', '2A', '3A', '5D', '9A', 'AB', 'BA', 'DB'),
+    'a100-sxm-8': ('07', '0F', '47', '4E', '87', '90', 'B7', 'BD'),
+    'l40s-pcie-4': ('17', '31', 'B1', 'CA'),
+}
+
+PROFILES = {
+    'h100-sxm-8': {
+        'gpu_count': 8, 'nvswitch_count': 4, 'model': 'NVIDIA H100 80GB HBM3', 'architecture': 'Hopper',
+        'vbios': '96.00.99.00.01', 'board_part_number': '692-2G520-0200-000', 'memory_mib': 81559,
+        'power_limit_w': 700, 'pci_device_id': '0x233010DE', 'serial_prefix': '1654',
+    },
+    'a100-sxm-8': {
+        'gpu_count': 8, 'nvswitch_count': 6, 'model': 'NVIDIA A100-SXM4-80GB', 'architecture': 'Ampere',
+        'vbios': '92.00.45.00.03', 'board_part_number': '692-2G506-0212-002', 'memory_mib': 81920,
+        'power_limit_w': 400, 'pci_device_id': '0x20B210DE', 'serial_prefix': '1650',
+    },
+    'l40s-pcie-4': {
+        'gpu_count': 4, 'nvswitch_count': 0, 'model': 'NVIDIA L40S', 'architecture': 'Ada Lovelace',
+        'vbios': '95.02.66.00.02', 'board_part_number': '900-2G133-0080-000', 'memory_mib': 46068,
+        'power_limit_w': 350, 'pci_device_id': '0x26B910DE', 'serial_prefix': '1323',
+    },
+}
+
+_UUID_NAMESPACE = uuid.UUID('6c3f0b52-5a0e-4d57-9a43-0c6b2f7e1d90')
+
+
+def _bus_numbers(profile, count):
+    buses = list(_BUSES.get(profile, ()))
+    number = 0xC0
+    while len(buses) < count:
+        candidate = '%02X' % number
+        if candidate not in buses:
+            buses.append(candidate)
+        number = (number + 0x11) % 0x100
+    return buses[:count]
+
+
+def make_hardware(node, profile, gpu_count=None):
+    """Deterministic ``hardware.json`` content for ``node`` with hardware ``profile``.
+
+    Profiles: ``h100-sxm-8``, ``a100-sxm-8``, ``l40s-pcie-4``; ``gpu_count`` overrides the
+    profile's number of GPUs.  UUIDs are ``GPU-`` + a UUID5 of node and index, serials 13 digits.
+    """
+    if profile not in PROFILES:
+        raise ValueError('unknown hardware profile %r; profiles: %s' % (profile, ', '.join(sorted(PROFILES))))
+    spec = PROFILES[profile]
+    count = spec['gpu_count'] if gpu_count is None else int(gpu_count)
+    if count < 1:
+        raise ValueError('gpu_count must be at least 1, got %r' % (gpu_count,))
+    gpus = []
+    for index, bus in enumerate(_bus_numbers(profile, count)):
+        name = '%s/%d' % (node, index)
+        digest = int(hashlib.sha256(name.encode('utf-8')).hexdigest(), 16)
+        gpus.append({
+            'model': spec['model'],
+            'uuid': 'GPU-%s' % uuid.uuid5(_UUID_NAMESPACE, name),
+            'serial': '%s%09d' % (spec['serial_prefix'], digest % 1000000000),
+            'pci_bus_id': '00000000:%s:00.0' % bus,
+            'pci_device_id': spec['pci_device_id'],
+            'vbios': spec['vbios'],
+            'board_part_number': spec['board_part_number'],
+            'memory_mib': spec['memory_mib'],
+            'architecture': spec['architecture'],
+            'power_limit_w': spec['power_limit_w'],
+        })
+    return {'node': node, 'profile': profile, 'nvswitch_count': spec['nvswitch_count'], 'gpus': gpus}
+
+
+# --------------------------------------------------------------------------- versions
+
+def _order(char):
+    """dpkg's character order: ``~`` first, then end of string/digits, letters, then the rest."""
+    if char is None or char.isdigit():
+        return 0
+    if ('a' <= char <= 'z') or ('A' <= char <= 'Z'):
+        return ord(char)
+    if char == '~':
+        return -1
+    return ord(char) + 256
+
+
+def _verrevcmp(left, right):
+    """``verrevcmp`` of dpkg's lib/dpkg/version.c."""
+    i = j = 0
+    while i < len(left) or j < len(right):
+        first_diff = 0
+        while (i < len(left) and not left[i].isdigit()) or (j < len(right) and not right[j].isdigit()):
+            left_order = _order(left[i] if i < len(left) and not left[i].isdigit() else None)
+            right_order = _order(right[j] if j < len(right) and not right[j].isdigit() else None)
+            if left_order != right_order:
+                return left_order - right_order
+            i += 1
+            j += 1
+        while i < len(left) and left[i] == '0':
+            i += 1
+        while j < len(right) and right[j] == '0':
+            j += 1
+        while i < len(left) and left[i].isdigit() and j < len(right) and right[j].isdigit():
+            if not first_diff:
+                first_diff = ord(left[i]) - ord(right[j])
+            i += 1
+            j += 1
+        if i < len(left) and left[i].isdigit():
+            return 1
+        if j < len(right) and right[j].isdigit():
+            return -1
+        if first_diff:
+            return first_diff
+    return 0
+
+
+def _split_version(version):
+    version = version.strip()
+    epoch = 0
+    if ':' in version:
+        head, version = version.split(':', 1)
+        epoch = int(head) if head.isdigit() else 0
+    revision = ''
+    if '-' in version:
+        version, revision = version.rsplit('-', 1)
+    return epoch, version, revision
+
+
+def dpkg_compare(left, right):
+    """Compare two Debian versions like ``dpkg --compare-versions``: negative, 0 or positive."""
+    left_epoch, left_upstream, left_revision = _split_version(left)
+    right_epoch, right_upstream, right_revision = _split_version(right)
+    if left_epoch != right_epoch:
+        return left_epoch - right_epoch
+    result = _verrevcmp(left_upstream, right_upstream)
+    if result:
+        return result
+    return _verrevcmp(left_revision, right_revision)
+
+
+def newest(versions):
+    """The highest of ``versions`` in dpkg order (None for an empty list)."""
+    best = None
+    for version in versions:
+        if best is None or dpkg_compare(version, best) > 0:
+            best = version
+    return best
+
+
+def branch_of(version):
+    """Driver branch (major version) of ``550.127.05`` -> 550; None when not a version."""
+    match = _VERSION_RE.match(version or '')
+    return int(match.group(1)) if match else None
+
+
+def cuda_version_for(driver):
+    """CUDA driver API version printed for driver ``driver`` (None when the branch is unknown)."""
+    return CUDA_BY_BRANCH.get(branch_of(driver))
+
+
+def major_minor(version):
+    """``570.124.04`` -> ``570.124`` (the form of "NVML library version")."""
+    return '.'.join((version or '').split('.')[:2])
+
+
+# --------------------------------------------------------------------------- files
+
+def root():
+    """The node root (``$GPUFLEET_SIM_ROOT``, default ``/``)."""
+    return os.environ.get(ROOT_ENV) or '/'
+
+
+def path(relative):
+    """Absolute path of a node-contract path given relative to the node root."""
+    return os.path.join(root(), relative.lstrip('/'))
+
+
+def read_text(relative):
+    """Content of a node file, None when it does not exist or cannot be read."""
+    try:
+        with open(path(relative), encoding='utf-8') as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def read_json(relative, default=None):
+    """Parsed JSON of a node file; ``default`` when it is missing, empty or not JSON."""
+    text = read_text(relative)
+    if text is None or not text.strip():
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default
+
+
+def write_text(relative, text):
+    """Write a node file atomically (creating its folder)."""
+    target = path(relative)
+    folder = os.path.dirname(target)
+    os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix='.gpufleet-', dir=folder)
+    try:
+        with os.fdopen(handle, 'w', encoding='utf-8') as stream:
+            stream.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def write_json(relative, data):
+    """Write JSON to a node file atomically."""
+    write_text(relative, json.dumps(data, indent=2, sort_keys=True) + '\n')
+
+
+def remove(relative):
+    """Remove a node file; True when it existed."""
+    try:
+        os.unlink(path(relative))
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def exists(relative):
+    return os.path.exists(path(relative))
+
+
+# --------------------------------------------------------------------------- the node
+
+def load_hardware():
+    """``hardware.json`` (an empty GPU list when it is missing)."""
+    data = read_json(HARDWARE_FILE, None)
+    if not isinstance(data, dict):
+        data = {}
+    data.setdefault('gpus', [])
+    data.setdefault('nvswitch_count', 0)
+    return data
+
+
+def _coerce(settings):
+    out = {}
+    for key, value in settings.items():
+        if key in _INT_SETTINGS and isinstance(value, str) and value.strip().lstrip('-').isdigit():
+            value = int(value.strip())
+        out[key] = value
+    return out
+
+
+def load_faults():
+    """``faults.json`` as ``{name: settings}`` with defaults applied.
+
+    The fleet writes ``{"diag_fail": {"level": 3, ...}, "xid": {...}}``; a single fault object
+    (``{"name": "xid", ...}``) or a list of them is accepted too.
+    """
+    data = read_json(FAULTS_FILE, {})
+    items = []
+    if isinstance(data, dict):
+        name = data.get('name', data.get('fault'))
+        if isinstance(name, str):
+            items.append((name, dict((k, v) for k, v in data.items() if k not in ('name', 'fault'))))
+        else:
+            items.extend((key, value) for key, value in data.items() if isinstance(key, str))
+    elif isinstance(data, list):
+        for entry in data:
+            if isinstance(entry, dict) and isinstance(entry.get('name', entry.get('fault')), str):
+                items.append((entry.get('name', entry.get('fault')),
+                              dict((k, v) for k, v in entry.items() if k not in ('name', 'fault'))))
+    faults = {}
+    for name, settings in items:
+        merged = dict(FAULT_DEFAULTS.get(name, {}))
+        if isinstance(settings, dict):
+            merged.update(_coerce(settings))
+        if name == 'diag_fail' and not merged.get('test'):
+            merged['test'] = 'software' if int(merged.get('level', 1)) <= 1 else 'memory'
+        faults[name] = merged
+    return faults
+
+
+def fault(name):
+    """Settings of the injected fault ``name``, None when it is not set."""
+    return load_faults().get(name)
+
+
+def load_boot():
+    """``boot.json`` of the current boot, None before the boot step ran."""
+    data = read_json(BOOT_FILE, None)
+    return data if isinstance(data, dict) else None
+
+
+def loaded_driver():
+    """Version of the kernel module loaded at boot, None when no driver is loaded."""
+    boot = load_boot()
+    driver = boot.get('driver') if boot else None
+    return driver if isinstance(driver, str) and driver else None
+
+
+def installed_nvml():
+    """Version of the installed NVML (``libnvidia-ml.so.1`` -> ``libnvidia-ml.so.<version>``), or None."""
+    link = path(NVML_LINK)
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    match = _NVML_RE.match(os.path.basename(target))
+    if not match:
+        return None
+    if not os.path.exists(link):
+        return None  # dangling link: the library itself is gone
+    return match.group(1)
+
+
+def nvml_state():
+    """``ok``, ``no_library`` (NVML not installed), ``not_loaded`` (no kernel module) or ``mismatch``."""
+    installed = installed_nvml()
+    if installed is None:
+        return 'no_library'
+    loaded = loaded_driver()
+    if loaded is None:
+        return 'not_loaded'
+    if loaded != installed:
+        return 'mismatch'
+    return 'ok'
+
+
+def package_version(name):
+    """Upstream version of installed dummy package ``name`` (its versions file), None when absent."""
+    if not name or '/' in name or name.startswith('.'):
+        return None
+    text = read_text(os.path.join(VERSIONS_DIR, name))
+    if text is None:
+        return None
+    text = text.strip().splitlines()[0].strip() if text.strip() else ''
+    return text or None
+
+
+def installed_packages():
+    """``{package: version}`` of every installed dummy package."""
+    folder = path(VERSIONS_DIR)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return {}
+    result = {}
+    for name in names:
+        version = package_version(name)
+        if version:
+            result[name] = version
+    return result
+
+
+def owner(candidates):
+    """``(package, version)`` of the package that owns the running tool.
+
+    ``$GPUFLEET_SIM_PACKAGE`` decides when it names an installed package; otherwise the first of
+    ``candidates`` (regular expressions matched against whole package names) that matches an
+    installed package, the newest version winning.  ``(None, None)`` when nothing matches.
+    """
+    named = os.environ.get(PACKAGE_ENV, '').strip()
+    if named:
+        version = package_version(named)
+        if version:
+            return named, version
+    packages = installed_packages()
+    for candidate in candidates:
+        pattern = re.compile(candidate + r'\Z')
+        best = (None, None)
+        for name, version in packages.items():
+            if pattern.match(name) and (best[1] is None or dpkg_compare(version, best[1]) > 0):
+                best = (name, version)
+        if best[0] is not None:
+            return best
+    return None, None
+
+
+def persistenced_running():
+    return exists(PERSISTENCED_PID)
+
+
+def fabricmanager_running():
+    return exists(FABRICMANAGER_PID)
+
+
+def legacy_persistence_modes():
+    """``{pci_bus_id: enabled}`` set with ``nvidia-smi -pm`` during this boot."""
+    data = read_json(PERSISTENCE_MODE_FILE, {})
+    return dict((key, bool(value)) for key, value in data.items()) if isinstance(data, dict) else {}
+
+
+def lost_gpus(faults=None):
+    """Indexes of the GPUs that have fallen off the bus (fault ``xid`` with Xid 79)."""
+    faults = load_faults() if faults is None else faults
+    settings = faults.get('xid')
+    if not settings:
+        return set()
+    try:
+        if int(settings.get('xid', 79)) != 79:
+            return set()
+        return {int(settings.get('gpu', 0))}
+    except (TypeError, ValueError):
+        return set()
+
+
+def kernels():
+    """Installed kernels (``boot/vmlinuz-<release>``), oldest first in dpkg order."""
+    try:
+        names = os.listdir(path(KERNEL_DIR))
+    except OSError:
+        return []
+    releases = [name[len('vmlinuz-'):] for name in names if name.startswith('vmlinuz-') and len(name) > len('vmlinuz-')]
+    releases = [release for release in releases if os.path.isfile(path(os.path.join(KERNEL_DIR, 'vmlinuz-' + release)))]
+    result = []
+    for release in releases:
+        position = 0
+        while position < len(result) and dpkg_compare(result[position], release) < 0:
+            position += 1
+        result.insert(position, release)
+    return result
+
+
+def module_path(kernel):
+    return os.path.join(MODULES_DIR, kernel, MODULE_SUBPATH)
+
+
+def read_module(kernel):
+    """``(version, open)`` of the nvidia module built for ``kernel``; ``(None, False)`` when none."""
+    text = read_text(module_path(kernel))
+    if not text or not text.split():
+        return None, False
+    words = text.split()
+    return words[0], 'open' in words[1:]
