@@ -143,3 +143,50 @@ def run_playbook(playbook, inventory, *arguments):
 @pytest.fixture
 def fleet(tmp_path):
     return Fleet(str(tmp_path))
+
+
+SIM = os.path.join(ROOT, 'tests', 'sim')
+SIM_STATE = os.path.join(ROOT, 'build', 'sim-test')
+
+
+class SimFleet:
+    """The simulated fleet shared by the suites of one test run (tests/sim/fleet)."""
+
+    def __init__(self, state_dir, inventory):
+        self.state_dir = state_dir
+        self.inventory = inventory
+        with open(inventory, encoding='utf-8') as handle:
+            self.inventory_data = json.load(handle)
+        self.vars = self.inventory_data['all']['vars']
+        self.nodes = sorted(self.inventory_data['all']['children']['gpu']['hosts'])
+
+    def fleet(self, *arguments, check=True):
+        """Run tests/sim/fleet with this fleet's state folder."""
+        process = subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', self.state_dir] + list(arguments),
+                                 capture_output=True, text=True, check=False, timeout=900)
+        if check and process.returncode != 0:
+            raise AssertionError('fleet %s failed (rc=%s):\n%s%s' % (' '.join(arguments), process.returncode, process.stdout, process.stderr))
+        return process
+
+    def node_exec(self, node, *command):
+        """Run a command inside a node; returns the CompletedProcess."""
+        return self.fleet('exec', node, '--', *command, check=False)
+
+    def hardware(self, node):
+        with open(os.path.join(self.state_dir, 'nodes', node, 'etc', 'hardware.json'), encoding='utf-8') as handle:
+            return json.load(handle)
+
+    def playbook(self, playbook, *arguments):
+        return run_playbook(playbook, self.inventory, *arguments)
+
+
+@pytest.fixture(scope='session')
+def sim_fleet():
+    """Four simulated H100 nodes on the 550 branch with a real Slurm, up once per test run."""
+    process = subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', SIM_STATE, 'up', '--nodes', '4', '--scheduler', 'slurm'],
+                             capture_output=True, text=True, check=False, timeout=1800)
+    if process.returncode != 0:
+        raise AssertionError('fleet up failed (rc=%s):\n%s%s' % (process.returncode, process.stdout, process.stderr))
+    sys.stderr.write(process.stderr)
+    yield SimFleet(SIM_STATE, process.stdout.strip().splitlines()[-1])
+    subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', SIM_STATE, 'down'], capture_output=True, text=True, check=False, timeout=600)

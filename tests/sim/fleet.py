@@ -38,10 +38,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(HERE, 'node'))
 sys.path.insert(0, os.path.join(HERE, 'packages'))
 sys.path.insert(0, os.path.join(HERE, 'slurm'))
-sys.path.insert(0, os.path.join(HERE, 'kube'))
 
 from gpufleet_sim import state as node_state  # noqa: E402  pylint: disable=wrong-import-position
 import fleet_faults  # noqa: E402  pylint: disable=wrong-import-position
+import kube_fleet  # noqa: E402  pylint: disable=wrong-import-position
 
 NODE_NAME = re.compile(r'^[a-z][a-z0-9-]{0,40}$')
 LABEL = 'io.gpufleet.sim'
@@ -221,7 +221,7 @@ class Fleet:
             self.podman('exec', name, 'apt-get', 'update', '-qq')
             self.podman('exec', '-e', 'DEBIAN_FRONTEND=noninteractive', name, 'apt-get', 'install', '-y', '-qq',
                         '--no-install-recommends', *packages, timeout=600)
-            self.podman('exec', name, 'apt-mark', 'hold', *[package.split('=')[0] for package in packages if '=' in package])
+            self.podman('exec', name, 'apt-mark', 'hold', *[package.split('=', maxsplit=1)[0] for package in packages if '=' in package])
             # As NVIDIA's install guides do: the DCGM host engine, and Fabric Manager on NVSwitch systems.
             self.podman('exec', name, 'systemctl', 'enable', 'nvidia-dcgm.service', *(['nvidia-fabricmanager.service'] if fabric_manager else []))
             self.podman('stop', '-t', '10', name)
@@ -229,6 +229,13 @@ class Fleet:
         finally:
             self.podman('rm', '-f', name, check=False)
         return tag
+
+    def prune_images(self, keep):
+        """Remove node images of earlier inputs; images a container still uses are refused by podman and stay."""
+        listed = self.podman('images', '--format', '{{.Repository}}:{{.Tag}}', IMAGE_REPO, check=False)
+        for reference in listed.stdout.split():
+            if reference not in keep:
+                self.podman('rmi', reference, check=False)
 
     def wait_for_systemd(self, container, timeout=90):
         deadline = time.time() + timeout
@@ -333,6 +340,7 @@ class Fleet:
         if fabric_manager is None:
             fabric_manager = node_state.make_hardware('x', profile).get('nvswitch_count', 0) > 0
         image = self.provisioned_image(base, branch, fabric_manager)
+        self.prune_images(keep={base, image} | set(spec['image'] for spec in config['nodes'].values()))
         wanted = ['%s%02d' % (prefix, index) for index in range(1, count + 1)]
         used_ports = set(spec['ssh_port'] for spec in config['nodes'].values())
         for node in wanted:
@@ -373,8 +381,7 @@ class Fleet:
         self.save(config)
 
     def kube_up(self, config):
-        import fake_apiserver  # pylint: disable=import-outside-toplevel,import-error
-        config['kubeconfig'] = fake_apiserver.serve_fleet(os.path.join(self.state_dir, 'kube'), sorted(config['nodes']))
+        config['kubeconfig'] = kube_fleet.serve_fleet(os.path.join(self.state_dir, 'kube'), sorted(config['nodes']))
         self.save(config)
 
     def write_inventory(self, config, key):
@@ -403,8 +410,7 @@ class Fleet:
             import slurm_sim  # pylint: disable=import-outside-toplevel,import-error
             slurm_sim.down(os.path.join(self.state_dir, 'slurm'))
         if os.path.isdir(os.path.join(self.state_dir, 'kube')):
-            import fake_apiserver  # pylint: disable=import-outside-toplevel,import-error
-            fake_apiserver.stop_fleet(os.path.join(self.state_dir, 'kube'))
+            kube_fleet.stop_fleet(os.path.join(self.state_dir, 'kube'))
         if os.path.exists(self.containers_conf):
             listed = self.podman('ps', '-a', '--filter', 'label=%s=%s' % (LABEL, self.state_dir), '--format', '{{.Names}}', check=False)
             names = [name for name in listed.stdout.split() if name]
@@ -455,8 +461,7 @@ class Fleet:
             import slurm_sim  # pylint: disable=import-outside-toplevel,import-error
             settings['job_id'] = slurm_sim.submit_job(config['slurm_env'], node, seconds)
         elif config.get('scheduler') in ('kubernetes', 'runai'):
-            import fake_apiserver  # pylint: disable=import-outside-toplevel,import-error
-            settings['pod'] = fake_apiserver.add_long_pod(os.path.join(self.state_dir, 'kube'), node, seconds)
+            settings['pod'] = kube_fleet.add_long_pod(os.path.join(self.state_dir, 'kube'), node, seconds)
 
     def reboot_node(self, node):
         """Reboot a node the way its OS would (systemd inside the container), used by Slurm's RebootProgram."""

@@ -540,8 +540,9 @@ def node_info(env, node):
 
 
 def node_state(env, node):
-    """The node's State= from ``scontrol show node -o`` (e.g. ``IDLE``, ``MIXED+DRAIN``, ``IDLE+DRAIN``)."""
-    return node_info(env, node)['State']
+    """``scontrol show node -o NODE`` as a dict: ``['State']`` is e.g. ``IDLE``, ``MIXED+DRAIN``,
+    ``IDLE+DRAIN``; ``['Reason']`` keeps Slurm's ``[user@time]`` suffix (see :func:`node_reason`)."""
+    return node_info(env, node)
 
 
 def node_reason(env, node):
@@ -578,7 +579,28 @@ def job_state(env, job_id):
     return parse_scontrol_oneliner(process.stdout.strip().splitlines()[0]).get('JobState')
 
 
-def wait_for(predicate, timeout, interval=0.5, what='condition'):
+def scontrol(env, *arguments):
+    """Run ``scontrol ARGUMENTS...`` (an argument list, never a shell); raise on failure."""
+    return run_client(env, ['scontrol'] + [str(argument) for argument in arguments])
+
+
+def wait_for(env, node, predicate, timeout=60, interval=0.2):
+    """Poll :func:`node_state` until ``predicate(State)`` is true; return that node_state dict."""
+    seen = []
+
+    def check():
+        info = node_state(env, node)
+        if not seen or seen[-1] != info.get('State'):
+            seen.append(info.get('State'))
+        return info if predicate(info.get('State', '')) else None
+
+    try:
+        return poll(check, timeout, interval=interval, what='a state of %s' % node)
+    except SlurmSimError:
+        raise SlurmSimError('%s: no wanted state within %ss; states seen: %s' % (node, timeout, ' -> '.join(seen))) from None
+
+
+def poll(predicate, timeout, interval=0.5, what='condition'):
     """Poll ``predicate`` until it returns something true; return that, or raise after ``timeout`` s."""
     deadline = time.time() + timeout
     while True:
@@ -635,7 +657,7 @@ def _start_munged(state_dir):
                                stdin=subprocess.DEVNULL, capture_output=True, check=False)
         return probe.returncode == 0
 
-    wait_for(ready, 20, interval=0.1, what='munged')
+    poll(ready, 20, interval=0.1, what='munged')
     return record
 
 
@@ -740,7 +762,7 @@ def _up(state_dir, nodes, gpus, reboot_command, resume_timeout, timeout):
             states = sinfo_states(env)
             return all(states.get(node) == 'idle' for node in nodes)
 
-        wait_for(all_idle, timeout, interval=0.5, what='every node idle in sinfo (logs: %s)' % log_dir(state_dir))
+        poll(all_idle, timeout, interval=0.5, what='every node idle in sinfo (logs: %s)' % log_dir(state_dir))
     except BaseException:
         _down(state_dir)
         raise
