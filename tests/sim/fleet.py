@@ -468,6 +468,29 @@ class Fleet:
         if self.podman('exec', self.container(node), 'systemctl', 'reboot', check=False).returncode != 0:
             self.podman('restart', '-t', '5', self.container(node))
 
+    def molecule_env(self, branch, profile, instance):
+        """Build what a molecule scenario needs for one node from the simulated image; return its variables.
+
+        molecule's podman driver starts the container; this prepares the image, the package repository,
+        the fake tools' path and a hardware/fault folder for ``instance``.
+        """
+        self.ensure_host_packages()
+        self.prepare()
+        base = self.base_image()
+        fabric_manager = node_state.make_hardware('x', profile).get('nvswitch_count', 0) > 0
+        image = self.provisioned_image(base, branch, fabric_manager)
+        etc = os.path.join(self.state_dir, 'molecule', instance, 'etc')
+        os.makedirs(etc, exist_ok=True)
+        self._write_json(os.path.join(etc, 'hardware.json'), node_state.make_hardware(instance, profile))
+        self._write_json(os.path.join(etc, 'faults.json'), {})
+        return {
+            'CONTAINERS_CONF': self.containers_conf,
+            'GPUFLEET_SIM_IMAGE': image,
+            'GPUFLEET_SIM_REPO': self.repository(),
+            'GPUFLEET_SIM_CODE': os.path.join(HERE, 'node', 'gpufleet_sim'),
+            'GPUFLEET_SIM_NODE_ETC': etc,
+        }
+
     def exec_node(self, node, command):
         process = subprocess.run(['podman', 'exec', self.container(node)] + command, env=self.podman_env(), check=False)
         return process.returncode
@@ -492,6 +515,10 @@ def main(argv=None):
     fault.add_argument('settings', nargs='*', help='key=value')
     reboot = commands.add_parser('reboot-node', help='reboot one node (Slurm RebootProgram)')
     reboot.add_argument('node')
+    molecule = commands.add_parser('molecule-env', help='prepare image and files for a molecule scenario; print its environment (JSON)')
+    molecule.add_argument('--driver', default='550')
+    molecule.add_argument('--profile', default='h100-sxm-8')
+    molecule.add_argument('--instance', default='gpu-01')
     execute = commands.add_parser('exec', help='run a command in a node')
     execute.add_argument('node')
     execute.add_argument('cmd', nargs=argparse.REMAINDER)
@@ -510,6 +537,8 @@ def main(argv=None):
             print(json.dumps(fleet.set_fault(arguments.node, arguments.name, arguments.settings)))
         elif arguments.command == 'reboot-node':
             fleet.reboot_node(arguments.node)
+        elif arguments.command == 'molecule-env':
+            print(json.dumps(fleet.molecule_env(arguments.driver, arguments.profile, arguments.instance)))
         elif arguments.command == 'exec':
             command = arguments.cmd[1:] if arguments.cmd[:1] == ['--'] else arguments.cmd
             return fleet.exec_node(arguments.node, command)
