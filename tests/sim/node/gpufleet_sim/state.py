@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import tempfile
 import uuid
 
@@ -151,69 +152,16 @@ def make_hardware(node, profile, gpu_count=None):
 
 # --------------------------------------------------------------------------- versions
 
-def _order(char):
-    """dpkg's character order: ``~`` first, then end of string/digits, letters, then the rest."""
-    if char is None or char.isdigit():
-        return 0
-    if ('a' <= char <= 'z') or ('A' <= char <= 'Z'):
-        return ord(char)
-    if char == '~':
-        return -1
-    return ord(char) + 256
-
-
-def _verrevcmp(left, right):
-    """``verrevcmp`` of dpkg's lib/dpkg/version.c."""
-    i = j = 0
-    while i < len(left) or j < len(right):
-        first_diff = 0
-        while (i < len(left) and not left[i].isdigit()) or (j < len(right) and not right[j].isdigit()):
-            left_order = _order(left[i] if i < len(left) and not left[i].isdigit() else None)
-            right_order = _order(right[j] if j < len(right) and not right[j].isdigit() else None)
-            if left_order != right_order:
-                return left_order - right_order
-            i += 1
-            j += 1
-        while i < len(left) and left[i] == '0':
-            i += 1
-        while j < len(right) and right[j] == '0':
-            j += 1
-        while i < len(left) and left[i].isdigit() and j < len(right) and right[j].isdigit():
-            if not first_diff:
-                first_diff = ord(left[i]) - ord(right[j])
-            i += 1
-            j += 1
-        if i < len(left) and left[i].isdigit():
-            return 1
-        if j < len(right) and right[j].isdigit():
-            return -1
-        if first_diff:
-            return first_diff
-    return 0
-
-
-def _split_version(version):
-    version = version.strip()
-    epoch = 0
-    if ':' in version:
-        head, version = version.split(':', 1)
-        epoch = int(head) if head.isdigit() else 0
-    revision = ''
-    if '-' in version:
-        version, revision = version.rsplit('-', 1)
-    return epoch, version, revision
-
-
 def dpkg_compare(left, right):
-    """Compare two Debian versions like ``dpkg --compare-versions``: negative, 0 or positive."""
-    left_epoch, left_upstream, left_revision = _split_version(left)
-    right_epoch, right_upstream, right_revision = _split_version(right)
-    if left_epoch != right_epoch:
-        return left_epoch - right_epoch
-    result = _verrevcmp(left_upstream, right_upstream)
-    if result:
-        return result
-    return _verrevcmp(left_revision, right_revision)
+    """Compare two Debian versions with the node's own ``dpkg --compare-versions``: -1, 0 or 1.
+
+    The simulated node boots the newest kernel and builds the newest registered module in dpkg's order,
+    as its boot loader and dkms do; asking dpkg keeps that order exact without a second implementation.
+    """
+    for operator, result in (('lt', -1), ('gt', 1)):
+        if subprocess.call(['dpkg', '--compare-versions', left, operator, right]) == 0:
+            return result
+    return 0
 
 
 def newest(versions):
