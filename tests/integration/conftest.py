@@ -92,7 +92,9 @@ def ansible_environment():
         os.symlink(os.path.relpath(ROOT, os.path.dirname(link)), link)
     environment = dict(os.environ)
     environment.update({
-        'ANSIBLE_COLLECTIONS_PATH': os.path.join(ROOT, 'build', 'collections'),
+        # This checkout first, then whatever the caller already configured (other collections, another ansible-core's).
+        'ANSIBLE_COLLECTIONS_PATH': ':'.join([os.path.join(ROOT, 'build', 'collections')] +
+                                             [path for path in environment.get('ANSIBLE_COLLECTIONS_PATH', '').split(':') if path]),
         'ANSIBLE_STDOUT_CALLBACK': 'ansible.posix.json',
         'ANSIBLE_CALLBACK_RESULT_FORMAT': 'json',
         'ANSIBLE_HOST_KEY_CHECKING': 'False',
