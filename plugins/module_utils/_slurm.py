@@ -1,0 +1,269 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Parsers and rules for Slurm's node states, for the slurm_node module.
+
+Pure functions, standard library only (no Ansible imports), Python 3.8+:
+
+* ``check_node_name(name)`` accepts one plain Slurm node name and nothing a shell or a host list could expand;
+* ``parse_show_node(text)`` reads one ``scontrol show node -o NAME`` line (Slurm 22.05 and later);
+* ``parse_squeue_jobs(text)`` reads ``squeue -h -w NAME -o '%i|%u|%T|%j'``;
+* ``classify_error(rc, stdout, stderr)`` names why a Slurm client failed (unknown node, controller unreachable);
+* ``is_gpufleet_reason``, ``drain_done``, ``resume_done``, ``reboot_done`` are the module's rules.
+
+``scontrol show node -o`` prints ``Key=value`` pairs separated by spaces, and some values hold spaces
+themselves (``OS=Linux 6.1.0-26-amd64 #1 SMP ...``, ``Reason=gpufleet: drained for upgrade [root@2026-11-21T20:00:00]``).
+A key is a ``Name=`` token that follows white space; the value runs to the next key.  ``Reason=`` is free text
+that may itself look like ``key=value``; Slurm ends it with `` [user@time]``, which bounds it.
+"""
+
+import re
+
+GPUFLEET_REASON_PREFIX = 'gpufleet:'
+
+NODE_NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z')
+SQUEUE_FORMAT = '%i|%u|%T|%j'
+
+_KEY_RE = re.compile(r'(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=')
+_REASON_KEY_RE = re.compile(r'(?:^|(?<=\s))Reason=')
+_REASON_SUFFIX_RE = re.compile(r'\s*\[([^\s\[\]@]*)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\](?=\s|\Z)')
+_BASE_STATE_RE = re.compile(r'^([A-Z_]+)([*~#%$@^!-]*)\Z')
+_FLAG_RE = re.compile(r'^[A-Z_]+\Z')
+_EMPTY = frozenset(('', '(null)', 'None', 'n/a', 'N/A'))
+
+# Suffixes of older Slurm releases and of sinfo's short states, as flags.
+_SUFFIX_FLAGS = {
+    '*': 'NOT_RESPONDING',
+    '~': 'POWERED_DOWN',
+    '#': 'POWERING_UP',
+    '%': 'POWERING_DOWN',
+    '$': 'MAINTENANCE',
+    '@': 'REBOOT_REQUESTED',
+    '^': 'REBOOT_ISSUED',
+    '!': 'POWER_DOWN',
+    '-': 'PLANNED',
+}
+# Base states that still have (or finish) work: a drained node in one of these is DRAINING.
+_BUSY_STATES = frozenset(('MIXED', 'ALLOCATED', 'COMPLETING'))
+REBOOT_FLAGS = frozenset(('REBOOT_REQUESTED', 'REBOOT_ISSUED'))
+
+
+class SlurmParseError(ValueError):
+    """The text is not what the Slurm client prints for the request."""
+
+
+def check_node_name(name):
+    """Return ``name`` when it is one plain Slurm node name; raise ValueError otherwise.
+
+    Rejects shell metacharacters, white space, a leading ``-`` (an option to the client), host-list
+    brackets and commas (several nodes), and names longer than 63 characters.
+    """
+    if not isinstance(name, str) or not NODE_NAME_RE.match(name):
+        raise ValueError('invalid Slurm node name %r: give one node name of letters, digits, ".", "_" and "-", '
+                         'starting with a letter or digit, at most 63 characters (no host lists, spaces or shell characters)' % (name,))
+    return name
+
+
+def _decode(text, what):
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode('utf-8', 'replace')
+    if not isinstance(text, str):
+        raise SlurmParseError('%s must be str or bytes, not %s' % (what, type(text).__name__))
+    return text
+
+
+def _fields(line):
+    """``Key=value`` pairs of one line, values running to the next key (white space around them stripped)."""
+    matches = list(_KEY_RE.finditer(line))
+    fields = {}
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(line)
+        fields[match.group(1)] = line[match.end():end].strip()
+    return fields
+
+
+def _split_reason(line):
+    """Cut ``Reason=... [user@time]`` out of the line: (rest of the line, raw reason, text, user, time) or None."""
+    match = _REASON_KEY_RE.search(line)
+    if match is None:
+        return None
+    rest = line[match.end():]
+    suffix = _REASON_SUFFIX_RE.search(rest)
+    if suffix is None:
+        return None
+    raw = rest[:suffix.end()].strip()
+    text = rest[:suffix.start()].strip()
+    return line[:match.start()] + ' ' + rest[suffix.end():], raw, text, suffix.group(1), suffix.group(2)
+
+
+def parse_state(state):
+    """``MIXED+DRAIN``, ``DOWN*+DRAIN`` ... -> (base_state, flags).  ``*`` and other suffixes become flags."""
+    if not state:
+        raise SlurmParseError('empty node state')
+    parts = state.split('+')
+    match = _BASE_STATE_RE.match(parts[0])
+    if match is None:
+        raise SlurmParseError('unreadable node state %r' % state)
+    base = match.group(1)
+    flags = []
+    for part in parts[1:]:
+        part_match = _BASE_STATE_RE.match(part)
+        if part_match is None:
+            raise SlurmParseError('unreadable node state %r' % state)
+        flags.append(part_match.group(1))
+        flags.extend(_SUFFIX_FLAGS[char] for char in part_match.group(2))
+    flags.extend(_SUFFIX_FLAGS[char] for char in match.group(2))
+    # Older releases print DRAINED/DRAINING/DRAIN as the base state.
+    if base in ('DRAINED', 'DRAINING', 'DRAIN'):
+        flags.append('DRAIN')
+        base = 'MIXED' if base == 'DRAINING' else 'IDLE'
+    unique = []
+    for flag in flags:
+        if flag not in unique:
+            unique.append(flag)
+    return base, unique
+
+
+def drain_state(base_state, flags):
+    """``none``, ``draining`` (DRAIN with work left: MIXED, ALLOCATED, COMPLETING) or ``drained``."""
+    if 'DRAIN' not in flags:
+        return 'none'
+    if base_state in _BUSY_STATES or 'COMPLETING' in flags:
+        return 'draining'
+    return 'drained'
+
+
+def _value(fields, key):
+    value = fields.get(key)
+    if value is None or value in _EMPTY:
+        return None
+    return value
+
+
+def parse_show_node(text):
+    """Parse one ``scontrol show node -o NAME`` line.
+
+    Returns every ``Key=value`` field as printed, plus ``name``, ``state`` (raw ``State=``), ``base_state``,
+    ``flags``, ``responding``, ``drain_state``, ``reason`` (without ``[user@time]``), ``reason_user``,
+    ``reason_time`` and ``boot_time`` (None where Slurm prints ``None``).
+    """
+    text = _decode(text, 'scontrol output')
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise SlurmParseError('empty output: scontrol printed no node')
+    if len(lines) > 1:
+        raise SlurmParseError('expected one line of scontrol show node -o, got %d lines' % len(lines))
+    line = lines[0].strip()
+    if not line.startswith('NodeName='):
+        raise SlurmParseError('not a line of scontrol show node -o: %r' % line[:200])
+    reason = _split_reason(line)
+    if reason is not None:
+        line = reason[0]
+    fields = _fields(line)
+    result = dict(fields)
+    reason_text = reason_user = reason_time = None
+    if reason is not None:
+        result['Reason'] = reason[1]
+        reason_text, reason_user, reason_time = reason[2] or None, reason[3] or None, reason[4]
+    else:
+        reason_text = _value(fields, 'Reason')
+    if not fields.get('NodeName'):
+        raise SlurmParseError('node line without a NodeName: %r' % line[:200])
+    if 'State' not in fields:
+        raise SlurmParseError('node line without a State: %r' % line[:200])
+    base, flags = parse_state(fields['State'])
+    result.update(
+        name=fields['NodeName'],
+        state=fields['State'],
+        base_state=base,
+        flags=flags,
+        responding='NOT_RESPONDING' not in flags,
+        drain_state=drain_state(base, flags),
+        reason=reason_text,
+        reason_user=reason_user,
+        reason_time=reason_time,
+        boot_time=_value(fields, 'BootTime'),
+    )
+    return result
+
+
+def parse_squeue_jobs(text):
+    """Jobs from ``squeue -h -w NAME -o '%i|%u|%T|%j'``: a list of {id, user, state, name}."""
+    text = _decode(text, 'squeue output')
+    jobs = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.strip().split('|', 3)
+        if len(parts) != 4 or not parts[0] or not parts[2]:
+            raise SlurmParseError("not a line of squeue -o '%s': %r" % (SQUEUE_FORMAT, line[:200]))
+        jobs.append({'id': parts[0], 'user': parts[1], 'state': parts[2], 'name': parts[3]})
+    return jobs
+
+
+def describe_jobs(jobs):
+    """``12 (alice, train-llm, RUNNING), 13 (...)`` for messages; ``none`` for no jobs."""
+    if not jobs:
+        return 'none'
+    return ', '.join('%s (%s, %s, %s)' % (job['id'], job['user'], job['name'], job['state']) for job in jobs)
+
+
+def classify_error(rc, stdout, stderr):
+    """Why a Slurm client failed: {'error': node_not_found|controller_unreachable|slurm_error, 'message': its words}."""
+    message = ((stderr or '').strip() or (stdout or '').strip() or 'exit status %s and no output' % rc)
+    lowered = message.lower()
+    if re.search(r'node \S+ not found|invalid node name', lowered):
+        error = 'node_not_found'
+    elif re.search(r'unable to contact slurm controller|connection refused|connect failure|'
+                   r'socket timed out|communication connection failure|zero bytes were transmitted', lowered):
+        error = 'controller_unreachable'
+    elif 'munge' in lowered or 'authentication' in lowered:
+        error = 'authentication_failed'
+    else:
+        error = 'slurm_error'
+    return {'error': error, 'message': message}
+
+
+def is_gpufleet_reason(reason):
+    """True when the reason was set by this collection (it starts with ``gpufleet:``)."""
+    return bool(reason) and reason.strip().startswith(GPUFLEET_REASON_PREFIX)
+
+
+def gpufleet_reason(reason):
+    """The reason as the module sets it: prefixed with ``gpufleet:`` unless it already is."""
+    reason = (reason or '').strip()
+    if not reason:
+        raise ValueError('a reason is required')
+    if re.search(r'[\x00-\x1f\x7f]', reason):
+        raise ValueError('the reason must be one line without control characters: %r' % reason)
+    if is_gpufleet_reason(reason):
+        return reason
+    return '%s %s' % (GPUFLEET_REASON_PREFIX, reason)
+
+
+def held_by_others(node):
+    """True when the node is drained or down with a reason this collection did not set."""
+    held = 'DRAIN' in node['flags'] or node['base_state'] == 'DOWN'
+    return held and bool(node['reason']) and not is_gpufleet_reason(node['reason'])
+
+
+def drain_done(node):
+    """The node is DRAINED: DRAIN flag and no work left."""
+    return node['drain_state'] == 'drained'
+
+
+def resume_done(node):
+    """Resumed: no DRAIN flag, not DOWN, and the node responds."""
+    return 'DRAIN' not in node['flags'] and node['base_state'] != 'DOWN' and node['responding']
+
+
+def reboot_pending(node):
+    """A reboot was requested or issued and has not completed."""
+    return bool(REBOOT_FLAGS.intersection(node['flags']))
+
+
+def reboot_done(node, boot_time_before):
+    """The reboot completed: BootTime later than ``boot_time_before`` (ISO times), no REBOOT_* flag, responding."""
+    if reboot_pending(node) or not node['responding'] or not node['boot_time']:
+        return False
+    return boot_time_before is None or node['boot_time'] > boot_time_before

@@ -1,0 +1,361 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: slurm_node
+short_description: Drain, resume or reboot a Slurm node and wait for it
+version_added: 0.1.0
+description:
+  - Reads a node with C(scontrol show node -o NAME) and its jobs with C(squeue -h -w NAME), and with I(state) other than C(present)
+    drains it (C(scontrol update NodeName=NAME State=DRAIN Reason=...)), resumes it (C(State=RESUME)) or asks Slurm to reboot it
+    once its jobs are done (C(scontrol reboot ASAP nextstate=... reason=... NAME)), then waits for the result.
+  - Runs where the Slurm clients are, usually the controller or a login node (C(delegate_to)), and talks to the cluster that
+    C(slurm.conf) names; point it at a cluster with the task's C(environment) C(SLURM_CONF), as in the examples.
+  - Reasons set by this module start with C(gpufleet:) (it adds the prefix). A node drained or down with another reason belongs to
+    somebody else (an admin's C(bad DIMM)); the module leaves it alone and returns C(drained_by_others=true) unless I(force_reason=true).
+  - Reports C(changed) only when it issued an update. It never resumes a node on its own, also not when a drain times out.
+  - An unknown node or an unreachable controller fails the task with C(scontrol)'s own words before anything is changed.
+author:
+  - gpufleet.lifecycle maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.lifecycle.attributes
+attributes:
+  check_mode:
+    support: full
+    details: In check mode the module reads the node, reports what it would do and the command it would run, changes nothing and does not wait.
+  diff_mode:
+    support: none
+  idempotent:
+    support: partial
+    description:
+      - C(present), C(drained) and C(resumed) are idempotent. C(rebooted) requests a reboot every time, unless one is already pending.
+options:
+  name:
+    description:
+      - The Slurm node name (one name, not a host list), for example C(gpu-01).
+      - Letters, digits, C(.), C(_) and C(-) only, starting with a letter or a digit, at most 63 characters.
+    type: str
+    required: true
+  state:
+    description:
+      - C(present) only reads the node.
+      - C(drained) sets the DRAIN flag and, with I(wait), waits until the node is DRAINED (no jobs left).
+      - C(resumed) resumes a drained or down node and, with I(wait), waits until the DRAIN flag is gone and the node responds.
+      - C(rebooted) asks Slurm to reboot the node once idle (C(scontrol reboot ASAP)) and, with I(wait), waits until the node
+        booted again (C(BootTime) advanced, no C(REBOOT_REQUESTED)/C(REBOOT_ISSUED) flag, responding).
+    type: str
+    choices: [present, drained, resumed, rebooted]
+    default: present
+  reason:
+    description:
+      - Why; required with I(state=drained) and I(state=rebooted). The module prefixes it with C(gpufleet:) unless it starts with that.
+      - One line. With I(state=drained) a node already drained by this collection keeps its reason.
+    type: str
+  force_reason:
+    description:
+      - Act on a node drained or down with a reason that does not start with C(gpufleet:) - replace that reason (C(drained)),
+        resume the node (C(resumed)) or reboot it (C(rebooted)).
+    type: bool
+    default: false
+  wait:
+    description:
+      - Wait for the wanted state, up to I(timeout) seconds.
+    type: bool
+    default: true
+  timeout:
+    description:
+      - Seconds to wait. A drain that is still DRAINING then fails the task, naming the jobs still on the node; the node stays draining.
+    type: int
+    default: 3600
+  nextstate:
+    description:
+      - State of the node after the reboot (I(state=rebooted)), C(resume) (back to service) or C(down).
+    type: str
+    choices: [resume, down]
+    default: resume
+  scontrol_path:
+    description:
+      - Path of C(scontrol); looked up on C(PATH) when omitted.
+    type: path
+  squeue_path:
+    description:
+      - Path of C(squeue); looked up on C(PATH) when omitted. Without C(squeue) the module returns no jobs.
+    type: path
+notes:
+  - Commands run as argument lists with C(LC_ALL=C); the node name is checked before any command runs.
+  - Tested against Slurm 22.05. A drained node is C(IDLE+DRAIN) or C(DOWN+DRAIN); C(MIXED+DRAIN), C(ALLOCATED+DRAIN) and
+    C(+COMPLETING) are still draining. Slurm shows C(IDLE+NOT_RESPONDING) for a moment after a resume.
+  - A reboot that Slurm reports as issued is completed by the node's C(RebootProgram) and slurmd; when the node does not come back the
+    wait ends with a failure after I(timeout).
+seealso:
+  - name: scontrol
+    description: Slurm's node states, update and reboot.
+    link: https://slurm.schedmd.com/scontrol.html
+'''
+
+EXAMPLES = r'''
+- name: Drain the node and wait until its jobs are done
+  gpufleet.lifecycle.slurm_node:
+    name: "{{ inventory_hostname_short }}"
+    state: drained
+    reason: driver upgrade to 580
+    timeout: 7200
+  delegate_to: "{{ slurm_controller }}"
+  environment:
+    SLURM_CONF: /etc/slurm/slurm.conf
+
+- name: Read the node
+  gpufleet.lifecycle.slurm_node:
+    name: gpu-01
+  register: node
+
+- name: Reboot once idle and take the node back into service
+  gpufleet.lifecycle.slurm_node:
+    name: gpu-01
+    state: rebooted
+    reason: kernel update
+    nextstate: resume
+    timeout: 1800
+
+- name: Back into service
+  gpufleet.lifecycle.slurm_node:
+    name: gpu-01
+    state: resumed
+'''
+
+RETURN = r'''
+node:
+  description:
+    - The node as C(scontrol show node -o) prints it now, every C(Key=value) field as printed (C(State), C(Reason) with its C([user@time]),
+      C(BootTime), ...) plus the parsed keys below.
+  type: dict
+  returned: always, once the node was read
+  contains:
+    name:
+      description: Node name.
+      type: str
+      sample: gpu-01
+    state:
+      description: Slurm's C(State=) as printed.
+      type: str
+      sample: MIXED+DRAIN
+    base_state:
+      description: C(IDLE), C(MIXED), C(ALLOCATED), C(DOWN), C(COMPLETING), C(FUTURE), C(UNKNOWN) ...
+      type: str
+      sample: MIXED
+    flags:
+      description: State flags, for example C(DRAIN), C(COMPLETING), C(REBOOT_REQUESTED), C(REBOOT_ISSUED), C(NOT_RESPONDING) (also for a C(*) suffix).
+      type: list
+      elements: str
+      sample: [DRAIN]
+    responding:
+      description: False when Slurm marks the node not responding.
+      type: bool
+    drain_state:
+      description: C(none), C(draining) (DRAIN flag, jobs left) or C(drained).
+      type: str
+      sample: draining
+    reason:
+      description: The reason without Slurm's C([user@time]) suffix, null when none.
+      type: str
+      sample: "gpufleet: driver upgrade to 580"
+    reason_user:
+      description: Who set the reason.
+      type: str
+    reason_time:
+      description: When the reason was set.
+      type: str
+    boot_time:
+      description: C(BootTime), null while Slurm does not know it.
+      type: str
+      sample: "2026-11-21T19:57:36"
+previous:
+  description: The node before the module acted, same keys as RV(node).
+  type: dict
+  returned: always, once the node was read
+jobs:
+  description: Jobs on the node (C(squeue -w)) when the module ended, each C(id), C(user), C(state), C(name).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"id": "4711", "user": "alice", "state": "RUNNING", "name": "train-llm"}]
+drained_by_others:
+  description: The node is drained or down with a reason that does not start with C(gpufleet:); the module left it alone.
+  type: bool
+  returned: always
+cmd:
+  description: The update the module ran (or, in check mode, would run), an empty list when none.
+  type: list
+  elements: str
+  returned: always
+waited:
+  description: Seconds spent waiting.
+  type: float
+  returned: always
+error:
+  description:
+    - Why the node could not be read or changed - C(invalid_name), C(node_not_found), C(controller_unreachable), C(authentication_failed),
+      C(slurm_error), C(unreadable), C(timeout).
+  type: str
+  returned: on failure
+'''
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
+
+POLL_INTERVAL = 0.5
+ENVIRON = {'LC_ALL': 'C', 'LANG': 'C'}
+
+
+class SlurmNode:
+    """The Slurm clients for one node."""
+
+    def __init__(self, module, name):
+        self.module = module
+        self.name = name
+        self.result = {'changed': False, 'jobs': [], 'drained_by_others': False, 'cmd': [], 'waited': 0.0}
+        scontrol = module.params['scontrol_path'] or module.get_bin_path('scontrol')
+        if not scontrol:
+            self.fail('scontrol was not found on PATH: the Slurm clients are not installed here (package slurm-client)', 'slurm_error')
+        self.scontrol = scontrol
+        self.squeue = module.params['squeue_path'] or module.get_bin_path('squeue')
+
+    def fail(self, msg, error, **extra):
+        self.result.update(extra)
+        self.module.fail_json(msg=msg, error=error, **self.result)
+
+    def show(self):
+        argv = [self.scontrol, 'show', 'node', '-o', self.name]
+        rc, stdout, stderr = self.module.run_command(argv, environ_update=ENVIRON)
+        if rc != 0:
+            failure = _slurm.classify_error(rc, stdout, stderr)
+            self.fail('scontrol show node %s failed (%s): %s' % (self.name, failure['error'], failure['message']), failure['error'],
+                      stdout=stdout, stderr=stderr)
+        try:
+            return _slurm.parse_show_node(stdout)
+        except _slurm.SlurmParseError as exc:
+            self.fail('cannot read scontrol show node %s: %s' % (self.name, exc), 'unreadable', stdout=stdout, stderr=stderr)
+        return None
+
+    def jobs(self):
+        if not self.squeue:
+            return []
+        rc, stdout, stderr = self.module.run_command([self.squeue, '-h', '-w', self.name, '-o', _slurm.SQUEUE_FORMAT], environ_update=ENVIRON)
+        if rc != 0:
+            failure = _slurm.classify_error(rc, stdout, stderr)
+            self.fail('squeue -w %s failed (%s): %s' % (self.name, failure['error'], failure['message']), failure['error'])
+        try:
+            return _slurm.parse_squeue_jobs(stdout)
+        except _slurm.SlurmParseError as exc:
+            self.fail('cannot read squeue -w %s: %s' % (self.name, exc), 'unreadable', stdout=stdout, stderr=stderr)
+        return []
+
+    def update(self, arguments):
+        argv = [self.scontrol] + arguments
+        self.result['cmd'] = argv
+        if self.module.check_mode:
+            self.result['changed'] = True
+            return
+        rc, stdout, stderr = self.module.run_command(argv, environ_update=ENVIRON)
+        if rc != 0:
+            failure = _slurm.classify_error(rc, stdout, stderr)
+            self.fail('%s failed (%s): %s' % (' '.join(argv[1:]), failure['error'], failure['message']), failure['error'],
+                      stdout=stdout, stderr=stderr)
+        self.result['changed'] = True
+
+    def wait(self, done, what, timeout):
+        start = time.monotonic()
+        node = self.show()
+        while not done(node):
+            if time.monotonic() - start >= timeout:
+                self.result['waited'] = round(time.monotonic() - start, 1)
+                self.result['node'] = node
+                self.result['jobs'] = self.jobs()
+                still = ' (DRAINING, jobs still running: %s)' % _slurm.describe_jobs(self.result['jobs']) if node['drain_state'] == 'draining' else ''
+                self.fail('%s: not %s after %s s; state %s%s; the node is left as it is' % (self.name, what, timeout, node['state'], still),
+                          'timeout')
+            time.sleep(POLL_INTERVAL)
+            node = self.show()
+        self.result['waited'] = round(time.monotonic() - start, 1)
+        return node
+
+
+def _reason(module):
+    try:
+        return _slurm.gpufleet_reason(module.params['reason'])
+    except ValueError as exc:
+        module.fail_json(msg='reason: %s' % exc, error='invalid_reason', changed=False)
+    return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type='str', required=True),
+            state=dict(type='str', default='present', choices=['present', 'drained', 'resumed', 'rebooted']),
+            reason=dict(type='str'),
+            force_reason=dict(type='bool', default=False),
+            wait=dict(type='bool', default=True),
+            timeout=dict(type='int', default=3600),
+            nextstate=dict(type='str', default='resume', choices=['resume', 'down']),
+            scontrol_path=dict(type='path'),
+            squeue_path=dict(type='path'),
+        ),
+        required_if=[('state', 'drained', ['reason']), ('state', 'rebooted', ['reason'])],
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        name = _slurm.check_node_name(params['name'])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc), error='invalid_name', changed=False, cmd=[], jobs=[], drained_by_others=False, waited=0.0)
+    state = params['state']
+    reason = _reason(module) if state in ('drained', 'rebooted') else None
+    slurm = SlurmNode(module, name)
+    previous = slurm.show()
+    slurm.result.update(previous=previous, node=previous, jobs=slurm.jobs())
+    others = _slurm.held_by_others(previous) and not params['force_reason']
+    wait = params['wait'] and not module.check_mode
+    done = None
+
+    if state == 'present':
+        slurm.result['drained_by_others'] = _slurm.held_by_others(previous)
+    elif others:
+        slurm.result['drained_by_others'] = True
+        slurm.result['msg'] = '%s is %s with reason %r set by others; left alone (force_reason=true acts anyway)' % (
+            name, previous['state'], previous['reason'])
+    elif state == 'drained':
+        if 'DRAIN' not in previous['flags'] or (params['force_reason'] and previous['reason'] != reason):
+            slurm.update(['update', 'NodeName=%s' % name, 'State=DRAIN', 'Reason=%s' % reason])
+        done = (_slurm.drain_done, 'DRAINED')
+    elif state == 'resumed':
+        if not _slurm.resume_done(previous) and ('DRAIN' in previous['flags'] or previous['base_state'] == 'DOWN'):
+            slurm.update(['update', 'NodeName=%s' % name, 'State=RESUME'])
+        done = (_slurm.resume_done, 'resumed (no DRAIN flag, responding)')
+    elif state == 'rebooted':
+        if not _slurm.reboot_pending(previous):
+            slurm.update(['reboot', 'ASAP', 'nextstate=%s' % params['nextstate'].upper(), 'reason=%s' % reason, name])
+        boot_time = previous['boot_time']
+        done = (lambda node: _slurm.reboot_done(node, boot_time), 'rebooted (BootTime after %s, no REBOOT_* flag)' % boot_time)
+
+    if module.check_mode:
+        if slurm.result['changed']:
+            slurm.result['msg'] = 'check mode: would run %s' % ' '.join(slurm.result['cmd'][1:])
+        module.exit_json(**slurm.result)
+    if done is not None and wait:
+        slurm.result['node'] = slurm.wait(done[0], done[1], params['timeout'])
+    elif slurm.result['changed']:
+        slurm.result['node'] = slurm.show()
+    slurm.result['jobs'] = slurm.jobs()
+    module.exit_json(**slurm.result)
+
+
+if __name__ == '__main__':
+    main()
