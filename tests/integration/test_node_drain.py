@@ -280,6 +280,7 @@ def test_deferred_drain_of_a_node_cordoned_by_gpufleet_keeps_it_cordoned(kube):
     assert kube.annotations('gpu-01')['gpufleet.io/original-unschedulable'] == 'false'
     assert kube.pod('ml', 'train-0') is not None
 
+
 # ------------------------------------------------------------------ Slurm (a real Slurm 22.05, tests/sim/slurm)
 
 SLURM_NODES = ['gpu-01', 'gpu-02', 'gpu-03', 'gpu-04']
