@@ -9,6 +9,7 @@ first on PATH; the stand-ins print real captured outputs (tests/unit/fixtures/re
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -182,13 +183,42 @@ class SimFleet:
         return run_playbook(playbook, self.inventory, *arguments)
 
 
-@pytest.fixture(scope='session')
-def sim_fleet():
-    """Four simulated H100 nodes on the 550 branch with a real Slurm, up once per test run."""
-    process = subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', SIM_STATE, 'up', '--nodes', '4', '--scheduler', 'slurm'],
+def fleet_up(state_dir, nodes, scheduler):
+    """Bring a simulated fleet up; yields its SimFleet and takes it down afterwards (use from a fixture)."""
+    process = subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', state_dir, 'up', '--nodes', str(nodes), '--scheduler', scheduler],
                              capture_output=True, text=True, check=False, timeout=1800)
     if process.returncode != 0:
         raise AssertionError('fleet up failed (rc=%s):\n%s%s' % (process.returncode, process.stdout, process.stderr))
     sys.stderr.write(process.stderr)
-    yield SimFleet(SIM_STATE, process.stdout.strip().splitlines()[-1])
-    subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', SIM_STATE, 'down'], capture_output=True, text=True, check=False, timeout=600)
+    yield SimFleet(state_dir, process.stdout.strip().splitlines()[-1])
+    subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', state_dir, 'down'], capture_output=True, text=True, check=False, timeout=600)
+
+
+@pytest.fixture(scope='session')
+def sim_fleet():
+    """Four simulated H100 nodes on the 550 branch with a real Slurm, up once per test run."""
+    yield from fleet_up(SIM_STATE, 4, 'slurm')
+
+
+def run_molecule(scenario, state_dir):
+    """``molecule test -s SCENARIO`` on a simulated node prepared in ``state_dir``; returns the output without colours.
+
+    Fails when molecule fails, or when a step of the sequence did not run successfully.
+    """
+    prepared = subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', state_dir, 'molecule-env'],
+                              capture_output=True, text=True, check=False, timeout=1800)
+    if prepared.returncode != 0:
+        raise AssertionError('fleet molecule-env failed:\n%s' % prepared.stderr)
+    environment = ansible_environment()
+    environment.update(json.loads(prepared.stdout))
+    for name in ('ANSIBLE_STDOUT_CALLBACK', 'ANSIBLE_CALLBACK_RESULT_FORMAT'):
+        environment.pop(name, None)
+    process = subprocess.run(['molecule', 'test', '-s', scenario], cwd=ROOT, env=environment,
+                             capture_output=True, text=True, check=False, timeout=1800)
+    output = re.sub(r'\x1b\[[0-9;]*m', '', process.stdout + process.stderr)
+    if process.returncode != 0:
+        raise AssertionError('molecule test -s %s failed (rc=%s):\n%s' % (scenario, process.returncode, output[-6000:]))
+    for step in ('converge', 'idempotence', 'check', 'verify', 'destroy'):
+        if not re.search(r'^.*%s\W+%s\W.*Executed: Successful' % (scenario, step), output, re.MULTILINE):
+            raise AssertionError('molecule step %s did not run successfully:\n%s' % (step, output[-4000:]))
+    return output

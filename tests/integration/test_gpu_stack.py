@@ -12,12 +12,11 @@ gpu-02 a stray second branch, gpu-03 bad pins that must fail before touching the
 import json
 import os
 import re
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, SIM, SimFleet, ansible_environment
+from conftest import ROOT, fleet_up, run_molecule
 
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'sim', 'packages'))
 
@@ -42,30 +41,13 @@ PLAYBOOK = """---
 
 
 def test_molecule_gpu_stack_scenario():
-    prepared = subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', MOLECULE_STATE, 'molecule-env'],
-                              capture_output=True, text=True, check=False, timeout=1800)
-    assert prepared.returncode == 0, prepared.stderr
-    environment = ansible_environment()
-    environment.update(json.loads(prepared.stdout))
-    for name in ('ANSIBLE_STDOUT_CALLBACK', 'ANSIBLE_CALLBACK_RESULT_FORMAT'):
-        environment.pop(name, None)
-    process = subprocess.run(['molecule', 'test', '-s', 'gpu_stack'], cwd=ROOT, env=environment,
-                             capture_output=True, text=True, check=False, timeout=1500)
-    output = re.sub(r'\x1b\[[0-9;]*m', '', process.stdout + process.stderr)
-    assert process.returncode == 0, output[-6000:]
-    for step in ('converge', 'idempotence', 'check', 'verify', 'destroy'):
-        assert re.search(r'^.*gpu_stack\W+%s\W.*Executed: Successful' % step, output, re.MULTILINE), step
+    output = run_molecule('gpu_stack', MOLECULE_STATE)
     assert re.search(r'^gpu_stack\s*: actions=8\s+successful=8\s.*failed=0', output, re.MULTILINE), output[-2000:]
 
 
 @pytest.fixture(scope='module')
 def stack_fleet():
-    process = subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', FLEET_STATE, 'up', '--nodes', '3', '--scheduler', 'none'],
-                             capture_output=True, text=True, check=False, timeout=1800)
-    if process.returncode != 0:
-        raise AssertionError('fleet up failed (rc=%s):\n%s%s' % (process.returncode, process.stdout, process.stderr))
-    yield SimFleet(FLEET_STATE, process.stdout.strip().splitlines()[-1])
-    subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', FLEET_STATE, 'down'], capture_output=True, text=True, check=False, timeout=600)
+    yield from fleet_up(FLEET_STATE, 3, 'none')
 
 
 @pytest.fixture(scope='module')
