@@ -5,10 +5,12 @@
 
 The molecule scenario extensions/molecule/gpu_stack runs create, check, converge, idempotence, check,
 verify, destroy (550 -> 580).  The playbook-level cases use their own fleet (build/sim-gpu-stack-fleet,
-3 nodes on the 550 branch, no scheduler): gpu-01 the quartet check -> apply -> apply -> check,
-gpu-02 a stray second branch, gpu-03 bad pins that must fail before touching the node.
+4 nodes on the 550 branch, no scheduler): gpu-01 the quartet check -> apply -> apply -> check,
+gpu-02 a stray second branch, gpu-03 bad pins that must fail before touching the node, gpu-04 the RHEL
+(dnf) path with a stand-in dnf and rpm.
 """
 
+import base64
 import json
 import os
 import re
@@ -47,7 +49,7 @@ def test_molecule_gpu_stack_scenario():
 
 @pytest.fixture(scope='module')
 def stack_fleet():
-    yield from fleet_up(FLEET_STATE, 3, 'none')
+    yield from fleet_up(FLEET_STATE, 4, 'none')
 
 
 @pytest.fixture(scope='module')
@@ -62,18 +64,35 @@ def converge(fleet, playbook, node, pin, *arguments):
 
 
 def task_results(result, name, node):
-    """The loop results of the last task whose name ends with ``name`` (role tasks carry the role's name)."""
-    found = None
-    for play in result.document['plays']:
-        for task in play['tasks']:
-            if task['task']['name'].endswith(name) and node in task['hosts']:
-                found = task['hosts'][node]
-    assert found is not None, 'no task named %r' % name
-    return [outcome['msg'] for outcome in found.get('results', []) if 'msg' in outcome]
+    """The loop messages of every task whose name ends with ``name`` (role tasks carry the role's name), in order."""
+    found = [task['hosts'][node] for play in result.document['plays'] for task in play['tasks']
+             if task['task']['name'].endswith(name) and node in task['hosts']]
+    assert found, 'no task named %r' % name
+    return [outcome['msg'] for host_result in found for outcome in host_result.get('results', []) if 'msg' in outcome]
+
+
+class Changed(int):
+    """A changed count whose repr names the tasks that changed (so a failing assertion says which)."""
+
+    tasks = ()
+
+    def __repr__(self):
+        return '%d (changed: %s)' % (int(self), ', '.join(self.tasks) or 'none')
+
+
+def failures(result):
+    """The failed or unreachable task results of a run, with the stderr, for assertion messages."""
+    found = ['%s %s: %s' % (host, task['task']['name'], outcome.get('msg', outcome.get('stderr', '')))
+             for play in result.document['plays'] for task in play['tasks'] for host, outcome in task['hosts'].items()
+             if outcome.get('failed') or outcome.get('unreachable')]
+    return '\n'.join(found) + '\n' + result.stderr[-2000:]
 
 
 def changed(result, node):
-    return result.stats[node]['changed']
+    count = Changed(result.stats[node]['changed'])
+    count.tasks = [task['task']['name'] for play in result.document['plays'] for task in play['tasks']
+                   if task['hosts'].get(node, {}).get('changed')]
+    return count
 
 
 def installed(fleet, node):
@@ -90,7 +109,7 @@ def test_quartet_550_to_580(stack_fleet, playbook):
     assert check.rc == 0, check.stderr
     assert changed(check, node) > 0
     assert installed(stack_fleet, node) == before, 'check mode changed the node'
-    shown = task_results(check, 'Show the driver packages, current -> target', node)
+    shown = task_results(check, 'Show the packages, current -> target', node)
     assert 'nvidia-utils-580: absent -> 580.65.06-0ubuntu1' in shown
 
     apply = converge(stack_fleet, playbook, node, PIN_580)
@@ -152,3 +171,153 @@ def test_bad_pin_fails_before_touching_the_node(stack_fleet, playbook, pin, fiel
     assert changed(result, node) == 0
     assert installed(stack_fleet, node) == before
     assert stack_fleet.node_exec(node, 'test', '-e', '/etc/gpufleet/pin.json').returncode != 0
+
+
+# --- The RHEL (dnf) path ----------------------------------------------------------------------------
+# No RHEL node can be started here: gpu-04 is a simulated node whose facts say Rocky Linux 9
+# (tests/integration/rhel/library/rhel9_facts.py), with tests/integration/rhel/fake_dnf.py as its dnf and
+# rpm.  The roles' dnf tasks run for real against it; the test asserts the commands they ran, in order.
+
+RHEL_NODE = 'gpu-04'
+RHEL_PLAYBOOK = os.path.join(ROOT, 'tests', 'integration', 'rhel', 'converge.yml')
+FAKE_DNF = os.path.join(ROOT, 'tests', 'integration', 'rhel', 'fake_dnf.py')
+RHEL_DRIVER = ('nvidia-driver', 'nvidia-driver-libs', 'nvidia-driver-cuda', 'nvidia-driver-cuda-libs', 'nvidia-kmod-common',
+               'nvidia-persistenced', 'nvidia-modprobe', 'kmod-nvidia-latest-dkms')
+RHEL_CTK = ('nvidia-container-toolkit', 'nvidia-container-toolkit-base', 'libnvidia-container-tools', 'libnvidia-container1')
+MUTATING = ('install', 'remove', 'reset', 'enable', 'add', 'delete')
+
+
+def rhel_repository():
+    repo = {}
+    for version in ('550.127.05', '580.65.06'):
+        for name in RHEL_DRIVER + ('kmod-nvidia-open-dkms', 'cuda-drivers'):
+            repo.setdefault(name, []).append('3:%s-1.el9' % version)
+        repo.setdefault('nvidia-fabric-manager', []).append('%s-1' % version)
+    for version in ('1.16.2-1', '1.17.0-1'):
+        for name in RHEL_CTK:
+            repo.setdefault(name, []).append(version)
+    repo['datacenter-gpu-manager'] = ['1:3.3.9-1']
+    repo['datacenter-gpu-manager-4-core'] = ['1:4.1.0-1']
+    repo['cuda-toolkit-13-0'] = ['13.0.0-1']
+    return repo
+
+
+def rhel_550_state():
+    """A RHEL 9 node on the 550 branch, everything locked, plus a stray open-kernel-module kmod of 550."""
+    installed = dict((name, ['3:550.127.05-1.el9']) for name in RHEL_DRIVER)
+    installed.update((name, ['1.16.2-1']) for name in RHEL_CTK)
+    installed['nvidia-fabric-manager'] = ['550.127.05-1']
+    installed['datacenter-gpu-manager'] = ['1:3.3.9-1']
+    locks = dict((name, versions[0]) for name, versions in installed.items())
+    installed['kmod-nvidia-open-dkms'] = ['3:550.127.05-1.el9']
+    return {'repo': rhel_repository(), 'installed': installed, 'locks': locks, 'stream': '550-dkms'}
+
+
+def node_write(fleet, node, path, data, mode='0644'):
+    encoded = base64.b64encode(data.encode('utf-8')).decode('ascii')
+    process = fleet.node_exec(node, 'python3', '-c', 'import base64, os, sys; os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True); '
+                              'open(sys.argv[1], "wb").write(base64.b64decode(sys.argv[2])); os.chmod(sys.argv[1], int(sys.argv[3], 8))',
+                              path, encoded, mode)
+    assert process.returncode == 0, process.stdout + process.stderr
+
+
+def rhel_state(fleet):
+    return json.loads(fleet.node_exec(RHEL_NODE, 'cat', '/var/lib/gpufleet-fake-dnf/state.json').stdout)
+
+
+def rhel_calls(fleet):
+    """The dnf/rpm calls since the last call of this function (the log is emptied)."""
+    process = fleet.node_exec(RHEL_NODE, 'sh', '-c', 'cat /var/lib/gpufleet-fake-dnf/calls.log; : > /var/lib/gpufleet-fake-dnf/calls.log')
+    return [json.loads(line) for line in process.stdout.splitlines() if line.strip()]
+
+
+def mutating(calls):
+    return [call for call in calls if call[0] == 'dnf' and any(word in call for word in MUTATING)]
+
+
+def rhel_converge(fleet, pin, *arguments):
+    return fleet.playbook(RHEL_PLAYBOOK, '-e', json.dumps({'target': RHEL_NODE, 'pin': pin}), *arguments)
+
+
+@pytest.fixture(scope='module')
+def rhel_node(stack_fleet):
+    with open(FAKE_DNF, encoding='utf-8') as handle:
+        script = handle.read()
+    for tool in ('dnf', 'rpm'):
+        node_write(stack_fleet, RHEL_NODE, '/usr/local/bin/' + tool, '#!/usr/bin/python3\n' + script, '0755')
+    node_write(stack_fleet, RHEL_NODE, '/var/lib/gpufleet-fake-dnf/state.json', json.dumps(rhel_550_state()))
+    rhel_calls(stack_fleet)
+    return stack_fleet
+
+
+def test_rhel_quartet_550_to_580_with_dnf(rhel_node):
+    fleet = rhel_node
+    before = rhel_state(fleet)
+    check = rhel_converge(fleet, PIN_580, '--check', '--diff')
+    assert check.rc == 0, failures(check)
+    assert changed(check, RHEL_NODE) > 0
+    assert mutating(rhel_calls(fleet)) == [], 'check mode ran a dnf command that changes the node'
+    assert rhel_state(fleet) == before
+    shown = task_results(check, 'Show the packages, current -> target', RHEL_NODE)
+    assert 'nvidia-driver: 3:550.127.05-1.el9 -> 580.65.06' in shown, shown
+    assert 'datacenter-gpu-manager-4-core: absent -> 4.1.0' in shown, shown
+
+    apply = rhel_converge(fleet, PIN_580)
+    assert apply.rc == 0, failures(apply)
+    calls = mutating(rhel_calls(fleet))
+    driver_specs = [name + '-580.65.06' for name in RHEL_DRIVER]
+    assert calls == [
+        # Driver: stream first (reset, then enable: dnf refuses to switch an enabled stream), locks, stray, install, locks.
+        ['dnf', '-y', 'module', 'reset', 'nvidia-driver'],
+        ['dnf', '-y', 'module', 'enable', 'nvidia-driver:580-dkms'],
+        ['dnf', '-q', 'versionlock', 'delete'] + sorted(RHEL_DRIVER),
+        ['dnf', '-y', 'remove', 'kmod-nvidia-open-dkms'],
+        ['dnf', '-y', 'install'] + driver_specs,
+        ['dnf', '-q', 'versionlock', 'add'] + driver_specs,
+        # Fabric Manager (the simulated H100 has NVSwitches).
+        ['dnf', '-q', 'versionlock', 'delete', 'nvidia-fabric-manager'],
+        ['dnf', '-y', 'install', 'nvidia-fabric-manager-580.65.06'],
+        ['dnf', '-q', 'versionlock', 'add', 'nvidia-fabric-manager-580.65.06'],
+        # Container toolkit.
+        ['dnf', '-q', 'versionlock', 'delete'] + sorted(RHEL_CTK),
+        ['dnf', '-y', 'install'] + [name + '-1.17.0' for name in RHEL_CTK],
+        ['dnf', '-q', 'versionlock', 'add'] + [name + '-1.17.0' for name in RHEL_CTK],
+        # DCGM 3 -> 4: the DCGM 3 package goes first.
+        ['dnf', '-q', 'versionlock', 'delete', 'datacenter-gpu-manager'],
+        ['dnf', '-y', 'remove', 'datacenter-gpu-manager'],
+        ['dnf', '-y', 'install', 'datacenter-gpu-manager-4-core-4.1.0'],
+        ['dnf', '-q', 'versionlock', 'add', 'datacenter-gpu-manager-4-core-4.1.0'],
+    ], calls
+    state = rhel_state(fleet)
+    assert state['stream'] == '580-dkms'
+    assert state['installed']['nvidia-driver'] == ['3:580.65.06-1.el9']
+    assert 'kmod-nvidia-open-dkms' not in state['installed'] and 'datacenter-gpu-manager' not in state['installed']
+    assert state['locks'] == dict([(name, '3:580.65.06-1.el9') for name in RHEL_DRIVER] + [(name, '1.17.0-1') for name in RHEL_CTK] + [
+        ('nvidia-fabric-manager', '580.65.06-1'), ('datacenter-gpu-manager-4-core', '1:4.1.0-1')])
+    # The kmod's scriptlet built the module with DKMS, the role verified it, and the reboot loaded it.
+    smi = fleet.node_exec(RHEL_NODE, 'nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader')
+    assert set(smi.stdout.split()) == {'580.65.06'}, smi.stdout + smi.stderr
+    previous = json.loads(fleet.node_exec(RHEL_NODE, 'cat', '/etc/gpufleet/pin.previous.json').stdout)
+    assert previous == {'driver': '550.127.05', 'fabric_manager': '550.127.05', 'container_toolkit': '1.16.2', 'dcgm': '3.3.9'}
+
+    again = rhel_converge(fleet, PIN_580)
+    assert again.rc == 0, failures(again)
+    assert changed(again, RHEL_NODE) == 0, repr(changed(again, RHEL_NODE))
+    assert mutating(rhel_calls(fleet)) == []
+    check_again = rhel_converge(fleet, PIN_580, '--check', '--diff')
+    assert check_again.rc == 0, failures(check_again)
+    assert changed(check_again, RHEL_NODE) == 0, repr(changed(check_again, RHEL_NODE))
+
+
+def test_rhel_version_not_in_repository_fails_before_dnf_changes_anything(rhel_node):
+    fleet = rhel_node
+    before = rhel_state(fleet)
+    rhel_calls(fleet)
+    result = rhel_converge(fleet, dict(PIN_580, container_toolkit='1.99.0'))
+    assert result.rc != 0
+    failed = [outcome for play in result.document['plays'] for task in play['tasks']
+              for host, outcome in task['hosts'].items() if host == RHEL_NODE and outcome.get('failed')]
+    message = failed[-1]['msg']
+    assert RHEL_NODE in message and 'gpu_stack_pin.container_toolkit' in message and 'nvidia-container-toolkit-1.99.0' in message, message
+    assert mutating(rhel_calls(fleet)) == []
+    assert rhel_state(fleet) == before

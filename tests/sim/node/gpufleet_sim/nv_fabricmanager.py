@@ -4,7 +4,7 @@
 """Fake ``nv-fabricmanager`` (NVIDIA Fabric Manager).
 
 ``--version`` prints ``Fabric Manager version is : <version>`` (the version of the owning package,
-``nvidia-fabricmanager-<branch>`` or ``nvidia-fabricmanager``).  Started as the daemon (the unit
+``nvidia-fabricmanager-<branch>`` or ``nvidia-fabricmanager``, RHEL's ``nvidia-fabric-manager``).  Started as the daemon (the unit
 runs ``nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg``; it stays in the
 foreground) it exits 1 with the real messages when the node has no NVSwitch (or no driver is
 loaded, so no NVSwitch is visible), when the loaded driver is not exactly its own version, and for
@@ -16,7 +16,8 @@ import sys
 
 from gpufleet_sim import daemon, state
 
-PACKAGES = (r'nvidia-fabricmanager-[0-9]+', 'nvidia-fabricmanager')
+# RHEL's package first (tests run the dnf path with a stand-in dnf that records its packages here too).
+PACKAGES = ('nvidia-fabric-manager', r'nvidia-fabricmanager-[0-9]+', 'nvidia-fabricmanager')
 
 NOTHING_TO_DO = ('request to query NVSwitch device information from NVSwitch driver failed with '
                  'error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]')
