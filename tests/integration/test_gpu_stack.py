@@ -82,7 +82,7 @@ class Changed(int):
 
 def failures(result):
     """The failed or unreachable task results of a run, with the stderr, for assertion messages."""
-    found = ['%s %s: %s' % (host, task['task']['name'], outcome.get('msg', outcome.get('stderr', '')))
+    found = ['%s %s: %s %s' % (host, task['task']['name'], outcome.get('msg', ''), outcome.get('stderr', ''))
              for play in result.document['plays'] for task in play['tasks'] for host, outcome in task['hosts'].items()
              if outcome.get('failed') or outcome.get('unreachable')]
     return '\n'.join(found) + '\n' + result.stderr[-2000:]
@@ -137,6 +137,28 @@ def test_quartet_550_to_580(stack_fleet, playbook):
     assert changed(check_again, node) == 0, check_again.document
 
 
+def test_rollback_is_applying_the_previous_pin(stack_fleet, playbook, tmp_path):
+    """gpu-01 is on PIN_580 (after the quartet test): applying the pin recorded in pin.previous.json (as a pin file)
+    moves it back to 550 - driver downgrade, Fabric Manager branch, container toolkit, DCGM 4 -> 3 - held again."""
+    node = 'gpu-01'
+    previous = stack_fleet.node_exec(node, 'cat', '/etc/gpufleet/pin.previous.json').stdout
+    pin_file = tmp_path / 'pin.previous.json'
+    pin_file.write_text(previous, encoding='utf-8')
+    result = converge(stack_fleet, playbook, node, {}, '-e', json.dumps({'gpu_stack_pin_file': str(pin_file)}))
+    assert result.rc == 0, failures(result)
+    after = installed(stack_fleet, node)
+    for name, version in (('nvidia-driver-550-server', '550.127.05-0ubuntu1'), ('nvidia-fabricmanager-550', '550.127.05-1'),
+                          ('nvidia-container-toolkit', '1.16.2-1'), ('datacenter-gpu-manager', '1:3.3.9')):
+        assert after[name][0] == version and after[name][1].startswith('h'), (name, after.get(name))
+    assert not [name for name in after if re.search(r'-580($|-)', name)], after
+    assert 'datacenter-gpu-manager-4-core' not in after
+    smi = stack_fleet.node_exec(node, 'nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader')
+    assert set(smi.stdout.split()) == {'550.127.05'}, smi.stdout + smi.stderr
+    # The pin it left is now the previous one: rolling forward again is applying pin.previous.json once more.
+    assert json.loads(stack_fleet.node_exec(node, 'cat', '/etc/gpufleet/pin.json').stdout) == json.loads(previous)
+    assert json.loads(stack_fleet.node_exec(node, 'cat', '/etc/gpufleet/pin.previous.json').stdout) == PIN_580
+
+
 def test_stray_second_branch_is_purged(stack_fleet, playbook):
     node = 'gpu-02'
     first = converge(stack_fleet, playbook, node, PIN_580, '-e', '{"reboot": false}')
@@ -171,6 +193,25 @@ def test_bad_pin_fails_before_touching_the_node(stack_fleet, playbook, pin, fiel
     assert changed(result, node) == 0
     assert installed(stack_fleet, node) == before
     assert stack_fleet.node_exec(node, 'test', '-e', '/etc/gpufleet/pin.json').returncode != 0
+
+
+def test_gpu_operator_driver_node_is_refused(stack_fleet, playbook):
+    """A node whose driver comes from the GPU Operator's driver container (/run/nvidia/driver populated) is refused
+    before anything changes: one driver source per node."""
+    node = 'gpu-03'
+    before = installed(stack_fleet, node)
+    made = stack_fleet.node_exec(node, 'sh', '-c', 'mkdir -p /run/nvidia/driver/usr/bin && touch /run/nvidia/driver/usr/bin/nvidia-smi')
+    assert made.returncode == 0, made.stderr
+    try:
+        result = converge(stack_fleet, playbook, node, PIN_580)
+    finally:
+        stack_fleet.node_exec(node, 'rm', '-rf', '/run/nvidia/driver')
+    assert result.rc != 0
+    failed = [outcome['msg'] for play in result.document['plays'] for task in play['tasks']
+              for host, outcome in task['hosts'].items() if host == node and outcome.get('failed')]
+    assert failed and node in failed[-1] and 'gpu_stack_pin.driver' in failed[-1] and 'GPU Operator' in failed[-1], failed
+    assert changed(result, node) == 0
+    assert installed(stack_fleet, node) == before
 
 
 # --- The RHEL (dnf) path ----------------------------------------------------------------------------
@@ -321,3 +362,38 @@ def test_rhel_version_not_in_repository_fails_before_dnf_changes_anything(rhel_n
     assert RHEL_NODE in message and 'gpu_stack_pin.container_toolkit' in message and 'nvidia-container-toolkit-1.99.0' in message, message
     assert mutating(rhel_calls(fleet)) == []
     assert rhel_state(fleet) == before
+
+
+def booted(fleet, node):
+    return json.loads(fleet.node_exec(node, 'cat', '/run/gpufleet-sim/boot.json').stdout)
+
+
+def test_kernel_pin_needs_the_driver_module_built_before_the_reboot(stack_fleet, playbook):
+    """gpu-02 runs 580 on the older kernel (after the stray test).  A kernel pin whose DKMS build fails stops the play
+    before the reboot, so the node keeps a working driver; once builds work, the module is built for the pinned kernel,
+    verified, and the node reboots into that kernel with the driver loaded."""
+    node = 'gpu-02'
+    old_kernel, new_kernel = catalog.KERNELS[0][0], catalog.KERNELS[1][0]
+    assert booted(stack_fleet, node) == dict(booted(stack_fleet, node), kernel=old_kernel, driver='580.65.06')
+    pin = dict(PIN_580, kernel=new_kernel)
+    stack_fleet.fleet('fault', node, 'dkms_fail')
+    try:
+        broken = converge(stack_fleet, playbook, node, pin)
+    finally:
+        stack_fleet.fleet('fault', node, 'clear')
+    assert broken.rc != 0
+    failed = [task['task']['name'] for play in broken.document['plays'] for task in play['tasks']
+              if task['hosts'].get(node, {}).get('failed')]
+    assert failed == ['gpufleet.lifecycle.nvidia_driver : Build the DKMS module for the boot kernel where it is missing'], failures(broken)
+    assert 'Bad return status for module build on kernel: %s' % new_kernel in failures(broken)
+    # Not rebooted: still the old kernel with its working driver.
+    assert booted(stack_fleet, node)['kernel'] == old_kernel and booted(stack_fleet, node)['driver'] == '580.65.06'
+
+    fixed = converge(stack_fleet, playbook, node, pin)
+    assert fixed.rc == 0, failures(fixed)
+    assert booted(stack_fleet, node)['kernel'] == new_kernel and booted(stack_fleet, node)['driver'] == '580.65.06'
+    smi = stack_fleet.node_exec(node, 'nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader')
+    assert set(smi.stdout.split()) == {'580.65.06'}, smi.stdout + smi.stderr
+    again = converge(stack_fleet, playbook, node, pin)
+    assert again.rc == 0, failures(again)
+    assert changed(again, node) == 0, repr(changed(again, node))
