@@ -417,9 +417,9 @@ def plan(pin, manager, installed, flavor='server', revisions=None, package_versi
     if manager == 'apt':
         release = sorted(name for name in held if name in changed_names or name in stray_names)
     else:
-        release = sorted(name for name in locks if name in changed_names or name in stray_names
-                         or (name in [item['name'] for item in packages] and not
-                             [item for item in packages if item['name'] == name and item['held']]))
+        # A lock hides every other version from dnf: release those of packages that move, go, or are locked elsewhere.
+        locked_elsewhere = set(item['name'] for item in packages if not item['held'])
+        release = sorted(name for name in locks if name in changed_names or name in stray_names or name in locked_elsewhere)
     hold = [item['name'] for item in packages if item['hold'] and (item['changed'] or not item['held'])]
     return {
         'package_manager': manager,
