@@ -214,6 +214,27 @@ def test_gpu_operator_driver_node_is_refused(stack_fleet, playbook):
     assert installed(stack_fleet, node) == before
 
 
+def test_open_flavour_through_a_configured_mirror(stack_fleet, playbook):
+    """gpu-03 (550, server flavour) moves to 580 with the open kernel module, reading the packages through a mirror
+    the role configures (the simulation's repository as a flat deb822 source, trusted as an internal mirror)."""
+    node = 'gpu-03'
+    options = {'gpu_stack_driver_flavor': 'open', 'gpu_stack_repository_url': 'file:/srv/gpufleet-repo',
+               'gpu_stack_repository_trusted': True}
+    result = converge(stack_fleet, playbook, node, PIN_580, '-e', json.dumps(options))
+    assert result.rc == 0, failures(result)
+    sources = stack_fleet.node_exec(node, 'cat', '/etc/apt/sources.list.d/gpufleet-nvidia.sources').stdout
+    assert 'URIs: file:/srv/gpufleet-repo' in sources and 'Suites: /' in sources and 'Trusted: yes' in sources, sources
+    after = installed(stack_fleet, node)
+    for name in ('nvidia-driver-580-open', 'nvidia-dkms-580-open', 'nvidia-utils-580'):
+        assert after[name][0] == '580.65.06-0ubuntu1' and after[name][1].startswith('h'), (name, after.get(name))
+    assert 'nvidia-driver-580-server' not in after and 'nvidia-dkms-580' not in after, after
+    assert not [name for name in after if re.search(r'-550($|-)', name)], after
+    assert booted(stack_fleet, node)['driver'] == '580.65.06' and booted(stack_fleet, node)['open'] is True
+    again = converge(stack_fleet, playbook, node, PIN_580, '-e', json.dumps(options))
+    assert again.rc == 0, failures(again)
+    assert changed(again, node) == 0, repr(changed(again, node))
+
+
 # --- The RHEL (dnf) path ----------------------------------------------------------------------------
 # No RHEL node can be started here: gpu-04 is a simulated node whose facts say Rocky Linux 9
 # (tests/integration/rhel/library/rhel9_facts.py), with tests/integration/rhel/fake_dnf.py as its dnf and
