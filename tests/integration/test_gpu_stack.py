@@ -215,12 +215,14 @@ def test_gpu_operator_driver_node_is_refused(stack_fleet, playbook):
 
 
 def test_open_flavour_through_a_configured_mirror(stack_fleet, playbook):
-    """gpu-03 (550, server flavour) moves to 580 with the open kernel module, reading the packages through a mirror
-    the role configures (the simulation's repository as a flat deb822 source, trusted as an internal mirror)."""
+    """gpu-03 (550, server flavour) moves to 580 with the open kernel module and gets the pinned CUDA toolkit, reading
+    the packages through a mirror the role configures (the simulation's repository as a flat deb822 source, trusted
+    as an internal mirror)."""
     node = 'gpu-03'
     options = {'gpu_stack_driver_flavor': 'open', 'gpu_stack_repository_url': 'file:/srv/gpufleet-repo',
                'gpu_stack_repository_trusted': True}
-    result = converge(stack_fleet, playbook, node, PIN_580, '-e', json.dumps(options))
+    pin = dict(PIN_580, cuda_toolkit='13.0')
+    result = converge(stack_fleet, playbook, node, pin, '-e', json.dumps(options))
     assert result.rc == 0, failures(result)
     sources = stack_fleet.node_exec(node, 'cat', '/etc/apt/sources.list.d/gpufleet-nvidia.sources').stdout
     assert 'URIs: file:/srv/gpufleet-repo' in sources and 'Suites: /' in sources and 'Trusted: yes' in sources, sources
@@ -230,7 +232,10 @@ def test_open_flavour_through_a_configured_mirror(stack_fleet, playbook):
     assert 'nvidia-driver-580-server' not in after and 'nvidia-dkms-580' not in after, after
     assert not [name for name in after if re.search(r'-550($|-)', name)], after
     assert booted(stack_fleet, node)['driver'] == '580.65.06' and booted(stack_fleet, node)['open'] is True
-    again = converge(stack_fleet, playbook, node, PIN_580, '-e', json.dumps(options))
+    # The CUDA toolkit of the pin: cuda-toolkit-13-0, whose nvcc reports 13.0.
+    nvcc = stack_fleet.node_exec(node, '/usr/local/cuda-13.0/bin/nvcc', '--version')
+    assert 'release 13.0' in nvcc.stdout, nvcc.stdout + nvcc.stderr
+    again = converge(stack_fleet, playbook, node, pin, '-e', json.dumps(options))
     assert again.rc == 0, failures(again)
     assert changed(again, node) == 0, repr(changed(again, node))
 
