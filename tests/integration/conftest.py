@@ -222,3 +222,78 @@ def run_molecule(scenario, state_dir):
         if not re.search(r'^.*%s\W+%s\W.*Executed: Successful' % (scenario, step), output, re.MULTILINE):
             raise AssertionError('molecule step %s did not run successfully:\n%s' % (step, output[-4000:]))
     return output
+
+
+# --- A real Slurm cluster (tests/sim/slurm) for the Slurm suites -------------------------------------
+
+sys.path.insert(0, os.path.join(SIM, 'slurm'))
+
+import slurm_sim  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+
+def require_root():
+    """The simulated Slurm runs its daemons as root on Linux; anywhere else a Slurm suite fails, it does not skip."""
+    if not sys.platform.startswith('linux') or os.geteuid() != 0:
+        pytest.fail('the simulated Slurm runs its daemons as root on Linux: run make test as root (CI does)')
+
+
+class SlurmCluster:
+    """A running simulated Slurm: its state dir, the client environment, and the file its reboot command writes."""
+
+    def __init__(self, base, state_dir, env, reboots):
+        self.base = base
+        self.state_dir = state_dir
+        self.env = env
+        self.reboots = reboots
+
+    def scontrol(self, *arguments):
+        return slurm_sim.scontrol(self.env, *arguments)
+
+    def node(self, node):
+        return slurm_sim.node_state(self.env, node)
+
+    def state(self, node):
+        return self.node(node)['State']
+
+    def wait_state(self, node, wanted, timeout=30):
+        """Poll until State= is one of ``wanted``; return the states seen on the way, in order."""
+        seen = []
+
+        def reached(state):
+            if not seen or seen[-1] != state:
+                seen.append(state)
+            return state in wanted
+
+        try:
+            slurm_sim.wait_for(self.env, node, reached, timeout=timeout)
+        except slurm_sim.SlurmSimError as error:
+            raise AssertionError(str(error)) from None
+        return seen
+
+    def wait_job(self, job_id, wanted, timeout=30):
+        slurm_sim.poll(lambda: slurm_sim.job_state(self.env, job_id) in wanted, timeout, interval=0.2,
+                       what='job %s in %s' % (job_id, wanted))
+
+    def rebooted(self):
+        if not os.path.exists(self.reboots):
+            return []
+        with open(self.reboots, encoding='utf-8') as handle:
+            return handle.read().split()
+
+
+def slurm_cluster_up(base, nodes, cluster_class=SlurmCluster):
+    """Start a cluster of ``nodes`` (8 GPUs each) under ``base`` whose RebootProgram records the node and takes a moment
+    (long enough to see REBOOT_ISSUED); returns ``cluster_class(base, state_dir, env, reboots)``.  Stop it with
+    ``slurm_sim.down(cluster.state_dir)``."""
+    state_dir = os.path.join(base, 'state')
+    reboots = os.path.join(base, 'rebooted.txt')
+    recorder = os.path.join(base, 'record-reboot')
+    with open(recorder, 'w', encoding='utf-8') as handle:
+        handle.write('#!/bin/sh\necho "$1" >> %s\nsleep 1\n' % reboots)
+    os.chmod(recorder, 0o755)
+    try:
+        env = slurm_sim.up(state_dir, nodes, gpus=8, reboot_command=[recorder])
+    except BaseException:
+        slurm_sim.down(state_dir)
+        raise
+    return cluster_class(base, state_dir, env, reboots)

@@ -8,13 +8,13 @@ directory; it is torn down at the end and nothing it started may survive.
 """
 
 import os
-import sys
 import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'sim', 'slurm'))
+from conftest import require_root, slurm_cluster_up
+
+# slurm_sim (tests/sim/slurm) is on sys.path through conftest.
 
 import slurm_sim  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import reboot_program  # noqa: E402  pylint: disable=wrong-import-position,import-error
@@ -24,67 +24,14 @@ NODES = ['gpu-01', 'gpu-02', 'gpu-03']
 
 @pytest.fixture(autouse=True, scope='module')
 def requires_root():
-    """The simulated Slurm runs its daemons as root on Linux; anywhere else this suite fails, it does not skip."""
-    if not sys.platform.startswith('linux') or os.geteuid() != 0:
-        pytest.fail('the simulated Slurm runs its daemons as root on Linux: run make test as root (CI does)')
-
-
-class Cluster:
-    """The running cluster: state dir, client env, and the file the reboot command writes."""
-
-    def __init__(self, state_dir, env, reboots):
-        self.state_dir = state_dir
-        self.env = env
-        self.reboots = reboots
-
-    def scontrol(self, *arguments):
-        return slurm_sim.scontrol(self.env, *arguments)
-
-    def state(self, node):
-        return slurm_sim.node_state(self.env, node)['State']
-
-    def wait_state(self, node, wanted, timeout=30):
-        """Poll until State= is one of ``wanted``; return the states seen on the way, in order."""
-        seen = []
-
-        def reached(state):
-            if not seen or seen[-1] != state:
-                seen.append(state)
-            return state in wanted
-
-        try:
-            slurm_sim.wait_for(self.env, node, reached, timeout=timeout)
-        except slurm_sim.SlurmSimError as error:
-            raise AssertionError(str(error)) from None
-        return seen
-
-    def wait_job(self, job_id, wanted, timeout=30):
-        slurm_sim.poll(lambda: slurm_sim.job_state(self.env, job_id) in wanted, timeout, interval=0.2,
-                       what='job %s in %s' % (job_id, wanted))
-
-    def rebooted(self):
-        if not os.path.exists(self.reboots):
-            return []
-        with open(self.reboots, encoding='utf-8') as handle:
-            return handle.read().split()
+    require_root()
 
 
 @pytest.fixture(scope='module')
 def cluster(tmp_path_factory):
-    base = tmp_path_factory.mktemp('slurm')
-    state_dir = str(base / 'state')
-    reboots = str(base / 'rebooted.txt')
-    recorder = str(base / 'record-reboot')
-    with open(recorder, 'w', encoding='utf-8') as handle:
-        # A reboot takes a moment: long enough to see the node in REBOOT_ISSUED.
-        handle.write('#!/bin/sh\necho "$1" >> %s\nsleep 1\n' % reboots)
-    os.chmod(recorder, 0o755)
-    try:
-        env = slurm_sim.up(state_dir, NODES, gpus=8, reboot_command=[recorder])
-    except BaseException:
-        slurm_sim.down(state_dir)
-        raise
-    yield Cluster(state_dir, env, reboots)
+    running = slurm_cluster_up(str(tmp_path_factory.mktemp('slurm')), NODES)
+    state_dir = running.state_dir
+    yield running
     record = slurm_sim.read_record(state_dir)
     daemons = [record['munged'], record['slurmctld']] + list(record['slurmd'].values())
     slurm_sim.down(state_dir)

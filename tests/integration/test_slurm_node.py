@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from conftest import run_playbook
+from conftest import SlurmCluster, require_root, run_playbook, slurm_cluster_up
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'sim', 'slurm'))
+# slurm_sim (tests/sim/slurm) is on sys.path through conftest.
 
 import slurm_sim  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
@@ -27,19 +27,14 @@ NODES = ['gpu-01', 'gpu-02', 'gpu-03', 'gpu-04']
 
 @pytest.fixture(autouse=True, scope='module')
 def requires_root():
-    """The simulated Slurm runs its daemons as root on Linux; anywhere else this suite fails, it does not skip."""
-    if not sys.platform.startswith('linux') or os.geteuid() != 0:
-        pytest.fail('the simulated Slurm runs its daemons as root on Linux: run make test as root (CI does)')
+    require_root()
 
 
-class Cluster:
-    """The running cluster, an inventory of localhost, and the file the reboot command writes."""
+class Cluster(SlurmCluster):
+    """The running cluster plus an inventory of localhost to run slurm_node from."""
 
     def __init__(self, base, state_dir, env, reboots):
-        self.base = base
-        self.state_dir = state_dir
-        self.env = env
-        self.reboots = reboots
+        super(Cluster, self).__init__(base, state_dir, env, reboots)
         self.inventory = os.path.join(base, 'inventory.json')
         with open(self.inventory, 'w', encoding='utf-8') as handle:
             json.dump({'all': {'hosts': {'localhost': {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable}}}}, handle)
@@ -48,37 +43,13 @@ class Cluster:
         extra.update(node=node, slurm_conf=self.env['SLURM_CONF'])
         return run_playbook(os.path.join(PLAYBOOKS, playbook), self.inventory, '-e', json.dumps(extra))
 
-    def node(self, node):
-        return slurm_sim.node_state(self.env, node)
-
-    def wait_job(self, job_id, wanted, timeout=30):
-        slurm_sim.poll(lambda: slurm_sim.job_state(self.env, job_id) in wanted, timeout, interval=0.2,
-                       what='job %s in %s' % (job_id, wanted))
-
-    def rebooted(self):
-        if not os.path.exists(self.reboots):
-            return []
-        with open(self.reboots, encoding='utf-8') as handle:
-            return handle.read().split()
-
 
 @pytest.fixture(scope='module')
 def cluster(tmp_path_factory):
-    base = tmp_path_factory.mktemp('slurm-node')
-    state_dir = str(base / 'state')
-    reboots = str(base / 'rebooted.txt')
-    recorder = str(base / 'record-reboot')
-    with open(recorder, 'w', encoding='utf-8') as handle:
-        handle.write('#!/bin/sh\necho "$1" >> %s\nsleep 1\n' % reboots)
-    os.chmod(recorder, 0o755)
-    try:
-        env = slurm_sim.up(state_dir, NODES, gpus=8, reboot_command=[recorder])
-    except BaseException:
-        slurm_sim.down(state_dir)
-        raise
-    yield Cluster(str(base), state_dir, env, reboots)
-    slurm_sim.down(state_dir)
-    assert slurm_sim.marked_processes(state_dir) == []
+    running = slurm_cluster_up(str(tmp_path_factory.mktemp('slurm-node')), NODES, Cluster)
+    yield running
+    slurm_sim.down(running.state_dir)
+    assert slurm_sim.marked_processes(running.state_dir) == []
 
 
 def test_drain_waits_for_the_job_is_idempotent_and_resumes(cluster):
