@@ -190,8 +190,25 @@ def fleet_up(state_dir, nodes, scheduler):
     if process.returncode != 0:
         raise AssertionError('fleet up failed (rc=%s):\n%s%s' % (process.returncode, process.stdout, process.stderr))
     sys.stderr.write(process.stderr)
-    yield SimFleet(state_dir, process.stdout.strip().splitlines()[-1])
+    running = SimFleet(state_dir, process.stdout.strip().splitlines()[-1])
+    status = require_identities(state_dir)
+    assert sorted(row['node'] for row in status['nodes']) == running.nodes
+    yield running
     subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', state_dir, 'down'], capture_output=True, text=True, check=False, timeout=600)
+
+
+def require_identities(state_dir):
+    """``fleet status`` of the fleet in ``state_dir``; fails unless every host reaches its own node over SSH."""
+    process = subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', state_dir, 'status'],
+                             capture_output=True, text=True, check=False, timeout=300)
+    try:
+        status = json.loads(process.stdout)
+    except ValueError:
+        raise AssertionError('fleet status printed no JSON (rc=%s):\n%s' % (process.returncode, process.stderr)) from None
+    wrong = [row for row in status['nodes'] if not row['identity_ok']]
+    if process.returncode != 0 or wrong:
+        raise AssertionError('inventory hosts that do not reach their own node: %s' % json.dumps(wrong))
+    return status
 
 
 @pytest.fixture(scope='session')

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -31,10 +33,12 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, 'node'))
 sys.path.insert(0, os.path.join(HERE, 'packages'))
 sys.path.insert(0, os.path.join(HERE, 'slurm'))
@@ -57,6 +61,11 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 """
 SSH_BASE_PORT = 22200
+SSH_PORT_SPAN = 400
+# Every fleet on this machine (test, demo, benchmark fleets side by side) records the SSH ports it holds here,
+# under a lock, so no port is handed out twice: {"<port>": "<state dir>"}.
+PORT_REGISTRY = os.environ.get('GPUFLEET_SIM_PORT_REGISTRY') or os.path.join(
+    tempfile.gettempdir(), 'gpufleet-sim-ports-%d.json' % os.getuid())
 # What a provisioned node has installed, by driver branch: (package, version) of the dummy repository.
 # Each expands to every versioned piece (catalog.exact_install), as NVIDIA's instructions name them.
 PROVISION = {
@@ -86,6 +95,67 @@ def run(argv, check=True, capture=True, env=None, timeout=None, input_text=None)
         raise FleetError('%s failed (rc=%s): %s%s' % (' '.join(argv), process.returncode,
                                                       process.stdout or '', process.stderr or ''))
     return process
+
+
+def port_is_free(port):
+    """True when nothing holds ``port`` on 127.0.0.1 right now (a bind succeeds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(('127.0.0.1', port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_ports(count, base, taken, is_free, span=SSH_PORT_SPAN):
+    """``count`` distinct ports from ``base`` on that are neither in ``taken`` nor busy (``is_free(port)`` false).
+
+    Pure apart from ``is_free``: a port goes out at most once, whatever ``taken`` holds and whatever is busy.
+    """
+    chosen = []
+    for port in range(base, base + span):
+        if len(chosen) == count:
+            break
+        if port in taken or port in chosen or not is_free(port):
+            continue
+        chosen.append(port)
+    if len(chosen) < count:
+        raise FleetError('only %d free loopback port(s) in %d-%d, %d needed' % (len(chosen), base, base + span - 1, count))
+    return chosen
+
+
+@contextlib.contextmanager
+def port_registry(path=None):
+    """The machine-wide port registry, locked for the duration; yields the mapping, saved on exit.
+
+    Entries whose fleet no longer lists the port (a fleet taken down, a state folder removed) are dropped first.
+    """
+    path = path or PORT_REGISTRY
+    with open(path + '.lock', 'a', encoding='utf-8') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            try:
+                with open(path, encoding='utf-8') as handle:
+                    registry = json.load(handle)
+            except (OSError, ValueError):
+                registry = {}
+            registry = dict((port, owner) for port, owner in registry.items() if int(port) in fleet_ports(owner))
+            yield registry
+            temporary = path + '.tmp'
+            with open(temporary, 'w', encoding='utf-8') as handle:
+                json.dump(registry, handle, indent=2, sort_keys=True)
+            os.replace(temporary, path)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def fleet_ports(state_dir):
+    """The SSH ports the fleet in ``state_dir`` has handed to its nodes (empty when there is no such fleet)."""
+    try:
+        with open(os.path.join(state_dir, 'fleet.json'), encoding='utf-8') as handle:
+            return set(spec['ssh_port'] for spec in json.load(handle).get('nodes', {}).values())
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
 
 
 class Fleet:
@@ -263,17 +333,6 @@ class Fleet:
     def node_dir(self, node):
         return os.path.join(self.state_dir, 'nodes', node)
 
-    @staticmethod
-    def free_port(preferred):
-        for port in range(preferred, preferred + 200):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                try:
-                    probe.bind(('127.0.0.1', port))
-                except OSError:
-                    continue
-                return port
-        raise FleetError('no free loopback port from %d' % preferred)
-
     def start_node(self, node, spec, image, key):
         folder = self.node_dir(node)
         etc = os.path.join(folder, 'etc')
@@ -324,7 +383,7 @@ class Fleet:
 
     # ------------------------------------------------------------------ commands
 
-    def up(self, count, scheduler, branch, profile, prefix, fabric_manager=None):
+    def up(self, count, scheduler, branch, profile, prefix, fabric_manager=None, base_port=SSH_BASE_PORT):
         if count < 1 or count > 64:
             raise FleetError('--nodes must be between 1 and 64')
         if not NODE_NAME.match(prefix + '01'):
@@ -342,16 +401,9 @@ class Fleet:
         image = self.provisioned_image(base, branch, fabric_manager)
         self.prune_images(keep={base, image} | set(spec['image'] for spec in config['nodes'].values()))
         wanted = ['%s%02d' % (prefix, index) for index in range(1, count + 1)]
-        used_ports = set(spec['ssh_port'] for spec in config['nodes'].values())
         for node in wanted:
-            if node not in config['nodes']:
-                port = SSH_BASE_PORT
-                while port in used_ports:
-                    port += 1
-                port = self.free_port(port)
-                used_ports.add(port)
-                config['nodes'][node] = {'ssh_port': port, 'profile': profile, 'branch': branch, 'image': image, 'repo': repo}
-        self.save(config)
+            config['nodes'].setdefault(node, {'ssh_port': None, 'profile': profile, 'branch': branch, 'image': image, 'repo': repo})
+        self.assign_ports(config, [node for node in wanted if not self.running(node)], base_port)
 
         def bring_up(node):
             spec = config['nodes'][node]
@@ -363,6 +415,10 @@ class Fleet:
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(bring_up, wanted))
+        wrong = [row for row in self.identities(config, key) if not row['identity_ok']]
+        if wrong:
+            raise FleetError('inventory hosts do not reach their own node: %s' % '; '.join(
+                '%s on 127.0.0.1:%s answers as %r' % (row['node'], row['ssh_port'], row['identity']) for row in wrong))
         config['scheduler'] = scheduler
         self.save(config)
         if scheduler == 'slurm':
@@ -372,6 +428,43 @@ class Fleet:
         inventory = self.write_inventory(config, key)
         log('fleet of %d node(s) up in %.0fs; inventory: %s' % (len(config['nodes']), time.time() - started, inventory))
         return inventory
+
+    def assign_ports(self, config, nodes, base_port):
+        """Give each of ``nodes`` (not running) an SSH port no other node of any fleet on this machine holds.
+
+        A node keeps the port it had when that port is still free; otherwise it gets a new one.  The choice is
+        recorded in fleet.json and in the machine-wide registry under one lock, so fleets coming up side by side
+        never share a port.
+        """
+        with port_registry() as registry:
+            taken = set(int(port) for port, owner in registry.items() if owner != self.state_dir)
+            taken |= set(spec['ssh_port'] for node, spec in config['nodes'].items() if node not in nodes and spec.get('ssh_port'))
+            fresh = []
+            for node in nodes:
+                port = config['nodes'][node].get('ssh_port')
+                if port and port not in taken and port_is_free(port):
+                    taken.add(port)
+                else:
+                    fresh.append(node)
+            for node, port in zip(fresh, pick_ports(len(fresh), base_port, taken, port_is_free)):
+                config['nodes'][node]['ssh_port'] = port
+            ports = [spec['ssh_port'] for spec in config['nodes'].values()]
+            if len(set(ports)) != len(ports):
+                raise FleetError('internal error: two nodes share an SSH port: %s' % ports)
+            self.save(config)
+            for spec in config['nodes'].values():
+                registry[str(spec['ssh_port'])] = self.state_dir
+
+    def identities(self, config, key):
+        """For every node: which node answers on its SSH port (``uname -n`` over real SSH, as Ansible connects)."""
+        def ask(item):
+            node, spec = item
+            process = self.ssh(node, spec['ssh_port'], key, ['uname', '-n'], check=False)
+            answer = process.stdout.strip() if process.returncode == 0 else None
+            return {'node': node, 'ssh_port': spec['ssh_port'], 'identity': answer, 'identity_ok': answer == node}
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            return list(pool.map(ask, sorted(config['nodes'].items())))
 
     def slurm_up(self, config):
         import slurm_sim  # pylint: disable=import-outside-toplevel,import-error
@@ -404,26 +497,51 @@ class Fleet:
         self._write_json(path, {'all': {'children': {'gpu': {'hosts': hosts}}, 'vars': group_vars}})
         return path
 
-    def down(self):
+    def down(self, timeout=120):
+        """Stop everything; return only when the containers are gone and their SSH ports are free again."""
         config = self.load() or {'nodes': {}}
+        ports = [spec['ssh_port'] for spec in config['nodes'].values() if spec.get('ssh_port')]
         if os.path.isdir(os.path.join(self.state_dir, 'slurm')):
             import slurm_sim  # pylint: disable=import-outside-toplevel,import-error
             slurm_sim.down(os.path.join(self.state_dir, 'slurm'))
         if os.path.isdir(os.path.join(self.state_dir, 'kube')):
             kube_fleet.stop_fleet(os.path.join(self.state_dir, 'kube'))
+        deadline = time.time() + timeout
         if os.path.exists(self.containers_conf):
-            listed = self.podman('ps', '-a', '--filter', 'label=%s=%s' % (LABEL, self.state_dir), '--format', '{{.Names}}', check=False)
-            names = [name for name in listed.stdout.split() if name]
-            if names:
-                self.podman('rm', '-f', '-t', '5', *names, timeout=300)
+            while True:
+                names = self.containers()
+                if not names:
+                    break
+                if time.time() > deadline:
+                    raise FleetError('containers still present after %ds: %s' % (timeout, ', '.join(names)))
+                self.podman('rm', '-f', '-t', '5', *names, timeout=300, check=False)
+        busy = ports
+        while True:
+            busy = [port for port in ports if not port_is_free(port)]
+            if not busy or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        if busy:
+            raise FleetError('SSH port(s) %s still held %ds after the containers were removed' % (busy, timeout))
         config['nodes'] = {}
         config['scheduler'] = None
         self.save(config)
+        with port_registry() as registry:
+            for port in [port for port, owner in registry.items() if owner == self.state_dir]:
+                del registry[port]
         shutil.rmtree(os.path.join(self.state_dir, 'nodes'), ignore_errors=True)
         log('fleet down')
 
+    def containers(self):
+        """Names of this fleet's containers, running or not."""
+        listed = self.podman('ps', '-a', '--filter', 'label=%s=%s' % (LABEL, self.state_dir), '--format', '{{.Names}}')
+        return [name for name in listed.stdout.split() if name]
+
     def status(self):
+        """Each node: running, SSH port, who answers on it (identity check), booted kernel and loaded driver."""
         config = self.load() or {'nodes': {}}
+        key = os.path.join(self.state_dir, 'ssh', 'id_ed25519')
+        identities = dict((row['node'], row) for row in self.identities(config, key)) if config['nodes'] else {}
         rows = []
         for node, spec in sorted(config['nodes'].items()):
             boot = None
@@ -431,8 +549,9 @@ class Fleet:
                 process = self.podman('exec', self.container(node), 'cat', '/run/gpufleet-sim/boot.json', check=False)
                 boot = json.loads(process.stdout) if process.returncode == 0 else None
             rows.append({'node': node, 'running': boot is not None or self.running(node), 'ssh_port': spec['ssh_port'],
+                         'identity': identities[node]['identity'], 'identity_ok': identities[node]['identity_ok'],
                          'kernel': (boot or {}).get('kernel'), 'driver_loaded': (boot or {}).get('driver')})
-        return {'scheduler': config.get('scheduler'), 'nodes': rows}
+        return {'scheduler': config.get('scheduler'), 'nodes': rows, 'all_reach_their_node': all(row['identity_ok'] for row in rows)}
 
     def set_fault(self, node, name, settings):
         config = self.load() or {'nodes': {}}
@@ -506,6 +625,9 @@ def main(argv=None):
     up.add_argument('--driver', default='550', help='driver branch the nodes start on (%s)' % ', '.join(sorted(PROVISION)))
     up.add_argument('--profile', default='h100-sxm-8', help='GPU profile: %s' % ', '.join(node_state.PROFILES))
     up.add_argument('--prefix', default='gpu-', help='node name prefix (nodes are PREFIX01, PREFIX02, ...)')
+    up.add_argument('--ssh-base-port', type=int, default=SSH_BASE_PORT,
+                    help='first loopback port to try for the nodes\' sshd (default %(default)s; ports of every fleet on '
+                         'this machine are recorded in %s and never handed out twice)' % PORT_REGISTRY.replace('%', '%%'))
     commands.add_parser('down', help='stop every container and process of the fleet')
     commands.add_parser('status', help='nodes, booted kernel and loaded driver (JSON)')
     commands.add_parser('inventory', help='print the inventory path')
@@ -526,11 +648,14 @@ def main(argv=None):
     fleet = Fleet(arguments.state_dir)
     try:
         if arguments.command == 'up':
-            print(fleet.up(arguments.nodes, arguments.scheduler, arguments.driver, arguments.profile, arguments.prefix))
+            print(fleet.up(arguments.nodes, arguments.scheduler, arguments.driver, arguments.profile, arguments.prefix,
+                           base_port=arguments.ssh_base_port))
         elif arguments.command == 'down':
             fleet.down()
         elif arguments.command == 'status':
-            print(json.dumps(fleet.status(), indent=2))
+            status = fleet.status()
+            print(json.dumps(status, indent=2))
+            return 0 if status['all_reach_their_node'] else 3
         elif arguments.command == 'inventory':
             print(os.path.join(fleet.state_dir, 'inventory.json'))
         elif arguments.command == 'fault':
