@@ -627,7 +627,7 @@ def main(argv=None):
     up.add_argument('--prefix', default='gpu-', help='node name prefix (nodes are PREFIX01, PREFIX02, ...)')
     up.add_argument('--ssh-base-port', type=int, default=SSH_BASE_PORT,
                     help='first loopback port to try for the nodes\' sshd (default %(default)s; ports of every fleet on '
-                         'this machine are recorded in %s and never handed out twice)' % PORT_REGISTRY.replace('%', '%%'))
+                         'this machine are recorded in ' + PORT_REGISTRY.replace('%', '%%') + ' and never handed out twice)')
     commands.add_parser('down', help='stop every container and process of the fleet')
     commands.add_parser('status', help='nodes, booted kernel and loaded driver (JSON)')
     commands.add_parser('inventory', help='print the inventory path')
