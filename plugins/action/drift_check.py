@@ -6,15 +6,15 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleError
-from ansible.module_utils.common.text.converters import to_native, to_text
+from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._drift import DriftError, compute_drift, normalize_pin, render_diff
-from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._pin import PinError, parse_pin_text, pin_from_mapping
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._drift import STATUS_NOT_CHECKED, DriftError, compute_drift, render_diff, validate_facts
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._pin import PinError, load_pin
 
 FACTS_MODULE = 'gpufleet.lifecycle.gpu_facts'
 ARGUMENT_SPEC = dict(
-    pin=dict(type='dict'),
+    pin=dict(type='raw'),
     pin_file=dict(type='path'),
     facts=dict(type='dict'),
     fail_on_broken=dict(type='bool', default=False),
@@ -27,23 +27,19 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
 
+    def _find_pin_file(self, name):
+        """A relative pin file is searched like other files (the role's or playbook's files/, then the playbook folder)."""
+        try:
+            return self._find_needle('files', name)
+        except AnsibleError as exc:
+            raise PinError('pin_file %s: not found (%s)' % (name, to_native(exc)))
+
     def _load_pin(self, args):
-        if args['pin_file']:
-            try:
-                path = self._find_needle('files', args['pin_file'])
-            except AnsibleError as exc:
-                raise PinError('pin_file %s: not found (%s)' % (args['pin_file'], to_native(exc)))
-            try:
-                with open(path, 'rb') as handle:
-                    text = to_text(handle.read(), errors='surrogate_or_strict')
-            except (IOError, OSError, UnicodeError) as exc:
-                raise PinError('pin_file %s: cannot be read: %s' % (path, to_native(exc)))
-            return parse_pin_text(text, path)
-        return {'pin': pin_from_mapping(args['pin'], 'pin argument'), 'previous': normalize_pin({})}
+        return load_pin(pin=args['pin'], pin_file=args['pin_file'], source='pin', find=self._find_pin_file)
 
     def _facts(self, args, task_vars, result):
         if args['facts'] is not None:
-            return args['facts']
+            return validate_facts(args['facts'])
         facts = (task_vars.get('ansible_facts') or {}).get('gpufleet')
         if facts:
             return facts
@@ -82,6 +78,8 @@ class ActionModule(ActionBase):
         if report['status'] == 'broken':
             result.setdefault('warnings', []).append('%s is broken, not compared with the pin: %s' % (host, report['message']))
             result['failed'] = args['fail_on_broken']
-        if report['status'] == 'drifted' and args['fail_on_drift']:
+        if report['status'] == STATUS_NOT_CHECKED:
+            result.setdefault('warnings', []).append('%s: %s' % (host, report['message']))
+        if report['status'] in ('drifted', STATUS_NOT_CHECKED) and args['fail_on_drift']:
             result['failed'] = True
         return result

@@ -15,20 +15,8 @@ firmware).  A node whose facts say ``broken`` is reported broken with an empty
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._components import COMPONENTS, shown, version_text_problem
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._versions import VersionError, compare, matches_pin
-
-# Component names, in the order the stack is applied and reported.
-COMPONENTS = (
-    'kernel',
-    'driver',
-    'cuda_driver',
-    'gsp_firmware',
-    'vbios',
-    'fabric_manager',
-    'container_toolkit',
-    'dcgm',
-    'cuda_toolkit',
-)
 
 # Packages whose installed version stands for a component, most specific first.
 # Debian names come from NVIDIA's CUDA repository; RHEL names from its dnf repository.
@@ -47,6 +35,9 @@ FABRIC_MANAGER_PREFIX = 'nvidia-fabricmanager'
 STATUS_IN_SYNC = 'in_sync'
 STATUS_DRIFTED = 'drifted'
 STATUS_BROKEN = 'broken'
+# The pin names components, but none of them can be compared on this node (for example only Fabric Manager
+# on a node without NVSwitch): nothing was checked, so the node is not reported in sync.
+STATUS_NOT_CHECKED = 'not_checked'
 
 
 class DriftError(ValueError):
@@ -56,7 +47,7 @@ class DriftError(ValueError):
 def normalize_pin(pin):
     """Return the pin with every known component present (None = not pinned).
 
-    Raises DriftError naming an unknown component and listing the valid ones.
+    Raises DriftError naming an unknown component (and listing the valid ones) or a value that is not a version.
     """
     if pin is None:
         pin = {}
@@ -69,21 +60,33 @@ def normalize_pin(pin):
     for component in COMPONENTS:
         value = pin.get(component)
         if component == 'vbios' and isinstance(value, dict):
-            models = dict((str(model), _clean(version)) for model, version in value.items())
+            models = dict((str(model), _clean(version, 'vbios.%s' % model)) for model, version in value.items())
             result[component] = dict((model, version) for model, version in models.items() if version) or None
         elif isinstance(value, (dict, list)):
             raise DriftError('pin component %s must be a version string, got a %s' % (component, type(value).__name__))
         else:
-            result[component] = _clean(value)
+            result[component] = _clean(value, component)
     return result
 
 
-def _clean(value):
-    """A pinned value as a string, or None when empty."""
+def pinned_components(pin):
+    """The components a normalized pin gives a value."""
+    return [component for component in COMPONENTS if pin.get(component)]
+
+
+def _clean(value, field):
+    """A pinned value as a string, or None when empty; DriftError naming ``field`` when it is not a version."""
     if value is None:
         return None
+    if isinstance(value, bool):
+        raise DriftError('pin component %s must be a version string, got %s' % (field, value))
     value = str(value).strip()
-    return value or None
+    if not value:
+        return None
+    problem = version_text_problem(value)
+    if problem:
+        raise DriftError('pin component %s: %s %s' % (field, shown(value), problem))
+    return value
 
 
 def _dotted_prefix(actual, pinned):
@@ -205,17 +208,60 @@ def _fabric_manager_applies(facts):
     return bool(name) or bool((facts.get('tools') or {}).get('fabric_manager'))
 
 
+_FACT_STRINGS = ('health_reason', 'health_message', 'package_manager', 'kernel', 'driver_version', 'cuda_driver_version')
+_GPU_STRINGS = ('name', 'uuid', 'vbios_version', 'gsp_firmware_version')
+
+
+def validate_facts(facts):
+    """Refuse a facts mapping of the wrong shape, naming the field (``facts.gpus[2].vbios_version``).
+
+    Checks what :func:`compute_drift` reads: the gpufleet facts of ``gpu_facts`` pass; a hand-made or
+    corrupted mapping fails here with a DriftError instead of a Python exception further down.
+    """
+    def fail(field, expected, value):
+        raise DriftError('facts.%s must be %s, got %s' % (field, expected, type(value).__name__ if value is not None else 'null'))
+
+    if not isinstance(facts, dict):
+        fail('', 'a mapping (the gpufleet facts from gpufleet.lifecycle.gpu_facts)', facts)
+    if facts.get('health') not in ('ok', 'broken', 'absent'):
+        raise DriftError('facts.health must be ok, broken or absent (got %s): gather the facts with gpufleet.lifecycle.gpu_facts'
+                         % shown(facts.get('health')))
+    for key in _FACT_STRINGS:
+        if facts.get(key) is not None and not isinstance(facts[key], str):
+            fail(key, 'a string or null', facts[key])
+    if facts.get('nvswitch_count') is not None and (isinstance(facts['nvswitch_count'], bool) or not isinstance(facts['nvswitch_count'], int)):
+        fail('nvswitch_count', 'an integer or null', facts['nvswitch_count'])
+    for key in ('packages', 'tools'):
+        value = facts.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            fail(key, 'a mapping', value)
+        for name, version in value.items():
+            if version is not None and not isinstance(version, str):
+                fail('%s[%s]' % (key, shown(name)), 'a version string or null', version)
+    gpus = facts.get('gpus')
+    if gpus is None:
+        return facts
+    if not isinstance(gpus, list):
+        fail('gpus', 'a list', gpus)
+    for position, gpu in enumerate(gpus):
+        if not isinstance(gpu, dict):
+            fail('gpus[%d]' % position, 'a mapping', gpu)
+        for key in _GPU_STRINGS:
+            if gpu.get(key) is not None and not isinstance(gpu[key], str):
+                fail('gpus[%d].%s' % (position, key), 'a string or null', gpu[key])
+    return facts
+
+
 def compute_drift(facts, pin):
     """Compare ``facts`` (the ``ansible_facts.gpufleet`` mapping) with ``pin``.
 
     Returns {'status', 'drift', 'checked', 'not_applicable', 'health', 'health_reason', 'message'}.
     """
-    if not isinstance(facts, dict):
-        raise DriftError('GPU facts must be a mapping (the gpufleet facts from gpufleet.lifecycle.gpu_facts)')
+    validate_facts(facts)
     pin = normalize_pin(pin)
-    health = facts.get('health')
-    if health not in ('ok', 'broken', 'absent'):
-        raise DriftError('GPU facts have no valid health (got %r): gather them with gpufleet.lifecycle.gpu_facts' % (health,))
+    health = facts['health']
     result = {
         'health': health,
         'health_reason': facts.get('health_reason'),
@@ -223,7 +269,7 @@ def compute_drift(facts, pin):
         'checked': [],
         'not_applicable': [],
     }
-    pinned = [component for component in COMPONENTS if pin[component]]
+    pinned = pinned_components(pin)
     if health == 'broken':
         result['status'] = STATUS_BROKEN
         result['message'] = 'node is broken (%s): %s' % (facts.get('health_reason'), facts.get('health_message'))
@@ -261,6 +307,10 @@ def compute_drift(facts, pin):
     result['status'] = STATUS_DRIFTED if result['drift'] else STATUS_IN_SYNC
     if result['drift']:
         result['message'] = 'drifted from the pin: %s' % ', '.join(component for component in COMPONENTS if component in result['drift'])
+    elif not result['checked']:
+        result['status'] = STATUS_NOT_CHECKED
+        result['message'] = 'nothing the pin names can be compared on this node (pinned: %s; not applicable here: %s)' % (
+            ', '.join(pinned) or 'nothing', ', '.join(result['not_applicable']) or 'none')
     else:
         result['message'] = 'in sync with the pin (%d component(s) checked)' % len(result['checked'])
     return result

@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages impor
     parse_dnf_repoquery,
     parse_rpm_query,
 )
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._components import DEFAULT_REVISIONS, INSTALLED, revision_problem, shown
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._versions import VersionError, matches_pin
 
 __all__ = [
@@ -40,19 +41,10 @@ __all__ = [
     'validate_pin',
 ]
 
-# Components the package roles install, in the order gpu_stack applies them.
-COMPONENTS = ('kernel', 'driver', 'fabric_manager', 'container_toolkit', 'dcgm', 'cuda_toolkit')
+# Components the package roles install (in the order gpu_stack applies them) and NVIDIA's revisions: the one table.
+COMPONENTS = INSTALLED
 DRIVER_FLAVORS = ('server', 'open', 'cuda-drivers')
 PACKAGE_MANAGERS = ('apt', 'dnf')
-# Debian revisions / epochs NVIDIA's repository uses (role variables override them).
-DEFAULT_REVISIONS = {
-    'driver': '-0ubuntu1',
-    'driver_meta': '-1',
-    'fabric_manager': '-1',
-    'container_toolkit': '-1',
-    'dcgm_epoch': '1',
-    'dcgm': '-1',
-}
 
 _VERSION_RE = {
     'kernel': re.compile(r'^[0-9][0-9A-Za-z.+_~-]*$'),
@@ -121,7 +113,7 @@ def validate_pin(pin, components=COMPONENTS):
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise StackError('pin.%s' % component, '%r is not a version such as %s' % (value, _VERSION_EXAMPLE[component]))
         text = str(value).strip()
-        if not _VERSION_RE[component].match(text):
+        if not _VERSION_RE[component].fullmatch(text):
             raise StackError('pin.%s' % component, '%r is not a version such as %s' % (text, _VERSION_EXAMPLE[component]))
         result[component] = text
     if 'fabric_manager' in result and 'driver' in result and _branch(result['fabric_manager']) != _branch(result['driver']):
@@ -136,8 +128,16 @@ def _revisions(revisions):
     for key, value in (revisions or {}).items():
         if key not in DEFAULT_REVISIONS:
             raise StackError('revisions.%s' % key, 'unknown; valid keys: %s' % ', '.join(sorted(DEFAULT_REVISIONS)))
-        if value is not None:
-            result[key] = str(value)
+        if value is None or value == '':
+            continue
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # YAML reads an unquoted -1 or epoch 1 as a number; digits lose nothing
+        if not isinstance(value, str):
+            raise StackError('revisions.%s' % key, '%s must be a string (quote it)' % shown(value))
+        problem = revision_problem(key, value)
+        if problem:
+            raise StackError('revisions.%s' % key, '%s %s' % (shown(value), problem))
+        result[key] = value
     return result
 
 
@@ -157,7 +157,7 @@ def _override(package_versions, component):
     if value in (None, ''):
         return None
     value = str(value)
-    if not _PACKAGE_VERSION_RE.match(value):
+    if not _PACKAGE_VERSION_RE.fullmatch(value):
         raise StackError('package_versions.%s' % component, '%r is not a package version such as 580.65.06-0ubuntu1' % value)
     return value
 

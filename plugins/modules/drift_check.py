@@ -18,6 +18,9 @@ description:
     tildes C(1.15.0~rc.1-1)); a pin without a revision matches any revision of that upstream version.
   - A node whose facts say C(broken) is reported C(broken), never drifted. A node with no driver at all (C(absent)) is drifted
     when a driver is pinned.
+  - A pin that pins nothing (an empty or truncated file, every value empty) is an error naming the file. When the pin names
+    components but none of them applies to this node (only Fabric Manager on a node without NVSwitch), the status is
+    C(not_checked) with a warning, never C(in_sync).
   - The comparison runs on the controller. When the host has no C(gpufleet) facts yet and I(facts) is not given,
     M(gpufleet.lifecycle.gpu_facts) runs first and its facts are returned too.
   - Reports C(changed) when the node is drifted, so a C(--check --diff) run counts drifted nodes as changed in the recap
@@ -43,18 +46,21 @@ options:
   pin:
     description:
       - The pin as a mapping of component to version. C(vbios) may be a mapping of GPU model (the facts' C(name)) to version.
+      - Versions must be strings; a number (YAML reads an unquoted C(12.10) as C(12.1)) is refused with a hint to quote it.
       - Mutually exclusive with I(pin_file); one of them is required.
-    type: dict
+    type: raw
   pin_file:
     description:
       - Path on the controller of the pin, in YAML (a mapping like I(pin), optionally with a C(previous) mapping) or in the
         runbook's C(baseline.env) form (C(DRIVER_VERSION=580.65.06), comments, quotes, C(export), empty value = not pinned,
         C(PREV_) keys for the previous pin).
       - A relative path is searched like other files (the role's or playbook's C(files/) folder, then the playbook folder).
+      - It must be a regular UTF-8 file of at most 256 KiB; a FIFO, device or directory is refused before it is read.
     type: path
   facts:
     description:
       - The node's C(gpufleet) facts. Defaults to the host's C(ansible_facts.gpufleet); gathered when absent.
+      - A mapping of the wrong shape is refused naming the field (C(facts.gpus[2].vbios_version must be a string or null)).
     type: dict
   fail_on_broken:
     description:
@@ -63,13 +69,15 @@ options:
     default: false
   fail_on_drift:
     description:
-      - Fail the task when the node is drifted (for gates that must stop a play).
+      - Fail the task when the node is drifted, or when nothing pinned could be checked on it (for gates that must stop a play).
     type: bool
     default: false
 notes:
-  - Errors in the pin (unknown component, malformed file, unterminated quote) name the file and line and change nothing.
+  - Errors in the pin (unknown component, malformed file, unterminated quote, a value that is not a version) name the file
+    and line or the field and change nothing.
 seealso:
   - module: gpufleet.lifecycle.gpu_facts
+  - module: gpufleet.lifecycle.read_pin
 '''
 
 EXAMPLES = r'''
@@ -96,7 +104,7 @@ EXAMPLES = r'''
 
 RETURN = r'''
 status:
-  description: C(in_sync), C(drifted) or C(broken).
+  description: C(in_sync), C(drifted), C(broken), or C(not_checked) (nothing the pin names applies to this node).
   type: str
   returned: always
   sample: drifted

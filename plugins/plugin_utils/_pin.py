@@ -25,16 +25,24 @@ Controller-side, no Ansible import.  Two forms are accepted:
   component's name in upper case, with or without ``_VERSION``.  ``PREV_``
   keys name the previous baseline (the rollback pin).
 
-Every error names the file and line and changes nothing.
+Every error names the file and line and changes nothing.  Whatever the source, a pin that pins nothing
+is refused (a truncated checkout must never read as "in sync"), a pin file must be a regular file of at
+most :data:`PIN_MAX_BYTES` (a FIFO, device or directory is refused before it is opened for reading), and a pin
+given as an Ansible variable must hold strings: YAML has already turned an unquoted ``12.10`` into the number
+``12.1`` there, so numbers are refused with a hint to quote them.  :func:`load_pin` is the one entry point
+the action plugins (``drift_check``, ``read_pin``) use.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 
 import yaml
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._drift import COMPONENTS, DriftError, normalize_pin
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._components import INSTALLED, shown, version_text_problem
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._drift import COMPONENTS, DriftError, normalize_pin, pinned_components
 
 # The runbook's variable names that do not follow COMPONENT[_VERSION].
 ENV_ALIASES = {
@@ -44,6 +52,8 @@ ENV_ALIASES = {
 }
 ENV_KEY = re.compile(r'^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)$')
 PREVIOUS_PREFIX = 'PREV_'
+# A pin is a handful of lines; anything much larger is not a pin (and must not cost seconds and memory to refuse).
+PIN_MAX_BYTES = 256 * 1024
 
 
 class PinError(ValueError):
@@ -110,15 +120,32 @@ def parse_env(text, source='baseline.env'):
         if (target is previous, component) in seen:
             raise PinError('%s line %d: %s repeats line %d' % (source, lineno, key, seen[(target is previous, component)]))
         seen[(target is previous, component)] = lineno
-        target[component] = _env_value(raw, source, lineno) or None
-    return {'pin': normalize_pin(pin), 'previous': normalize_pin(previous)}
+        target[component] = _checked(_env_value(raw, source, lineno), source, lineno, key)
+    return _normalized(pin, previous, source)
 
 
-def _scalar_text(node, source, field):
+def _checked(value, source, lineno, field):
+    """A pinned value that must look like a version (None when empty); PinError naming file, line and field."""
+    if not value:
+        return None
+    problem = version_text_problem(value.strip())
+    if problem:
+        raise PinError('%s line %d: %s: %s %s' % (source, lineno, field, shown(value), problem))
+    return value
+
+
+def _normalized(pin, previous, source):
+    try:
+        return {'pin': normalize_pin(pin), 'previous': normalize_pin(previous)}
+    except DriftError as exc:
+        raise PinError('%s: %s' % (source, exc))
+
+
+def _scalar_text(node, source, field, version=False):
     if isinstance(node, yaml.ScalarNode):
         if node.tag == 'tag:yaml.org,2002:null' or node.value in ('', '~', 'null', 'Null', 'NULL'):
             return None
-        return node.value
+        return _checked(node.value, source, node.start_mark.line + 1, field) if version else node.value
     raise PinError('%s line %d: %s must be a version string' % (source, node.start_mark.line + 1, field))
 
 
@@ -138,10 +165,10 @@ def _yaml_pin(node, source, field):
         if key in pin:
             raise PinError('%s line %d: component %s appears twice' % (source, key_node.start_mark.line + 1, key))
         if key == 'vbios' and isinstance(value_node, yaml.MappingNode):
-            pin[key] = dict((model, _scalar_text(version, source, 'vbios.' + model))
+            pin[key] = dict((model, _scalar_text(version, source, 'vbios.' + model, version=True))
                             for model, dummy, version in _yaml_mapping(value_node, source, 'vbios'))
         else:
-            pin[key] = _scalar_text(value_node, source, key)
+            pin[key] = _scalar_text(value_node, source, key, version=True)
     return pin
 
 
@@ -154,7 +181,7 @@ def parse_yaml(text, source='baseline.yml'):
         where = ' line %d' % (mark.line + 1) if mark is not None else ''
         raise PinError('%s%s: not valid YAML: %s' % (source, where, getattr(exc, 'problem', None) or exc))
     if node is None:
-        return {'pin': normalize_pin({}), 'previous': normalize_pin({})}
+        return _normalized({}, {}, source)
     previous_node = None
     if isinstance(node, yaml.MappingNode):
         kept = []
@@ -166,7 +193,7 @@ def parse_yaml(text, source='baseline.yml'):
         node.value = kept
     pin = _yaml_pin(node, source, 'the pin')
     previous = _yaml_pin(previous_node, source, 'previous') if previous_node is not None else {}
-    return {'pin': normalize_pin(pin), 'previous': normalize_pin(previous)}
+    return _normalized(pin, previous, source)
 
 
 def looks_like_env(text):
@@ -185,9 +212,112 @@ def parse_pin_text(text, source):
     return parse_yaml(text, source)
 
 
+def _refuse_numbers(mapping, source):
+    """A pin variable's values must be strings: YAML turned an unquoted 12.10 into 12.1 before we see it."""
+    for component, value in mapping.items():
+        if component == 'vbios' and isinstance(value, dict):
+            _refuse_numbers(dict(('vbios.%s' % model, version) for model, version in value.items()), source)
+            continue
+        if isinstance(value, bool) or isinstance(value, (int, float)):
+            raise PinError('%s.%s: %s is a number, not a version; YAML reads an unquoted version as a number '
+                           '(12.10 becomes 12.1, 550.90 becomes 550.9): quote it, as in %s: "%s"'
+                           % (source, component, value, component.split('.')[-1], value))
+
+
 def pin_from_mapping(mapping, source='pin'):
-    """Validate a pin given inline as a mapping (task argument or inventory variable)."""
+    """Validate a pin given inline as a mapping (task argument or inventory variable).
+
+    An optional ``previous`` key holds the rollback pin, as in the YAML file form.  Returns {'pin', 'previous'}.
+    """
+    if not isinstance(mapping, dict):
+        raise PinError('%s: must be a mapping of component to version, got %s' % (source, type(mapping).__name__))
+    mapping = dict(mapping)
+    previous = mapping.pop('previous', None) or {}
+    if not isinstance(previous, dict):
+        raise PinError('%s.previous: must be a mapping of component to version, got %s' % (source, type(previous).__name__))
+    _refuse_numbers(mapping, source)
+    _refuse_numbers(previous, source + '.previous')
     try:
-        return normalize_pin(mapping)
+        return {'pin': normalize_pin(mapping), 'previous': normalize_pin(previous)}
     except DriftError as exc:
         raise PinError('%s: %s' % (source, exc))
+
+
+_FILE_KINDS = ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'), (stat.S_ISCHR, 'a character device'),
+               (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket'))
+
+
+def read_pin_file(path, max_bytes=PIN_MAX_BYTES):
+    """Read and parse the pin file ``path``: a regular file of at most ``max_bytes``, UTF-8, in either form.
+
+    The file is opened without blocking and checked with fstat before anything is read, so a FIFO, a device,
+    a directory or a huge file is refused at once, naming the file.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_NOCTTY', 0))
+    except OSError as exc:
+        raise PinError('%s: cannot be read: %s' % (path, exc.strerror or exc))
+    try:
+        info = os.fstat(descriptor)
+        for test, kind in _FILE_KINDS:
+            if test(info.st_mode):
+                raise PinError('%s: is %s, not a pin file' % (path, kind))
+        if not stat.S_ISREG(info.st_mode):
+            raise PinError('%s: is not a regular file' % path)
+        if info.st_size > max_bytes:
+            raise PinError('%s: is %d bytes; a pin file has at most %d' % (path, info.st_size, max_bytes))
+        chunks = []
+        size = 0
+        while size <= max_bytes:
+            chunk = os.read(descriptor, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:
+            raise PinError('%s: is over %d bytes; a pin file has at most %d' % (path, max_bytes, max_bytes))
+    finally:
+        os.close(descriptor)
+    data = b''.join(chunks)
+    try:
+        text = data.decode('utf-8')
+    except UnicodeDecodeError as exc:
+        offset = int(exc.start)
+        line = data[:offset].count(b'\n') + 1
+        raise PinError('%s line %d: not UTF-8 text (byte %s at offset %d)' % (path, line, shown(data[offset:offset + 1]), offset))
+    if '\x00' in text:
+        raise PinError('%s line %d: contains a NUL byte; a pin file is text' % (path, text[:text.index('\x00')].count('\n') + 1))
+    return parse_pin_text(text, path)
+
+
+def require_pinned(pins, source):
+    """Refuse a pin that pins nothing (an empty or truncated file, every value empty), naming its source."""
+    if not pinned_components(pins['pin']):
+        raise PinError('%s: pins nothing (no component has a version); an empty pin is never "in sync". Pin at least one '
+                       'of: %s' % (source, ', '.join(COMPONENTS)))
+    return pins
+
+
+def load_pin(pin=None, pin_file=None, source='pin', find=None):
+    """The one way to take a pin: from ``pin_file`` (resolved through ``find(path)`` when given) or the mapping ``pin``.
+
+    ``source`` names the variable the mapping came from in messages (``gpu_stack_pin``).  Returns
+    {'pin', 'previous', 'source', 'pinned', 'pinned_versions', 'installed'}: the normalized pin (every
+    component, None = not pinned), the previous (rollback) pin, where it came from, the pinned components,
+    the pinned components with their versions only, and those of them a package manager installs.
+    """
+    if pin_file:
+        path = find(pin_file) if find else pin_file
+        pins = read_pin_file(path)
+        origin = path
+    elif pin is not None and pin != {}:
+        pins = pin_from_mapping(pin, source)
+        origin = source
+    else:
+        raise PinError('%s: no pin given (set %s or a pin file)' % (source, source))
+    require_pinned(pins, origin)
+    pins['source'] = origin
+    pins['pinned'] = pinned_components(pins['pin'])
+    pins['pinned_versions'] = dict((component, pins['pin'][component]) for component in pins['pinned'])
+    pins['installed'] = dict((component, pins['pin'][component]) for component in INSTALLED if pins['pin'][component])
+    return pins

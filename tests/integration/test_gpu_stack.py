@@ -179,7 +179,10 @@ def test_stray_second_branch_is_purged(stack_fleet, playbook):
     (dict(PIN_580, driver='580.99.99', fabric_manager='580.99.99'), 'gpu_stack_pin.driver'),
     (dict(PIN_580, fabric_manager='550.127.05'), 'gpu_stack_pin.fabric_manager'),
     (dict(PIN_580, drivr='580.65.06'), 'drivr'),
-], ids=['version-not-in-repository', 'fm-branch-mismatch', 'unknown-component'])
+    (dict(PIN_580, cuda_toolkit=12.1), 'gpu_stack_pin.cuda_toolkit: 12.1 is a number, not a version'),
+    (dict(PIN_580, driver='580.65.06 --allow-downgrades'), 'gpu_stack_pin: pin component driver'),
+    ({'driver': '', 'dcgm': None}, 'gpu_stack_pin: pins nothing'),
+], ids=['version-not-in-repository', 'fm-branch-mismatch', 'unknown-component', 'yaml-number', 'not-a-version', 'pins-nothing'])
 def test_bad_pin_fails_before_touching_the_node(stack_fleet, playbook, pin, field):
     node = 'gpu-03'
     before = installed(stack_fleet, node)
@@ -193,6 +196,35 @@ def test_bad_pin_fails_before_touching_the_node(stack_fleet, playbook, pin, fiel
     assert changed(result, node) == 0
     assert installed(stack_fleet, node) == before
     assert stack_fleet.node_exec(node, 'test', '-e', '/etc/gpufleet/pin.json').returncode != 0
+
+
+@pytest.mark.parametrize('name, text, message', [
+    ('baseline.env', '', 'pins nothing'),
+    ('baseline.env', 'DRIVER_VERSION=580.65.06\nFABRIC_MANAGER=580.65.06\nDCGM_VERSION=4.1.0\n', None),
+    ('baseline.yml', 'driver: 580.65.06\nfabric_manager: 580.65.06\ndcgm: 4.1.0\n', None),
+], ids=['empty-file', 'baseline-env', 'yaml'])
+def test_pin_file_in_either_form_through_the_one_reader(stack_fleet, playbook, tmp_path, name, text, message):
+    """gpu_stack_pin_file takes the runbook's baseline.env as well as YAML (check mode: nothing changes either way);
+    an empty file (a truncated checkout) is refused naming the file."""
+    node = 'gpu-03'
+    path = tmp_path / name
+    path.write_text(text, encoding='utf-8')
+    before = installed(stack_fleet, node)
+    result = stack_fleet.playbook(playbook, '-e', json.dumps({'target': node, 'pin': {}, 'gpu_stack_pin_file': str(path)}),
+                                  '--check', '--diff')
+    assert installed(stack_fleet, node) == before
+    if message:
+        assert result.rc != 0
+        failed = [outcome['msg'] for play in result.document['plays'] for task in play['tasks']
+                  for host, outcome in task['hosts'].items() if host == node and outcome.get('failed')]
+        assert failed and node in failed[-1] and str(path) in failed[-1] and message in failed[-1], failed
+        assert changed(result, node) == 0
+        return
+    assert result.rc == 0, failures(result)
+    read = [task['hosts'][node] for play in result.document['plays'] for task in play['tasks']
+            if task['task']['name'].endswith('Read the pin (the collection\'s one pin reader)')][0]
+    assert read['source'] == str(path) and read['installed'] == {'driver': '580.65.06', 'fabric_manager': '580.65.06', 'dcgm': '4.1.0'}
+    assert changed(result, node) > 0  # gpu-03 runs 550: the check previews the converge
 
 
 def test_gpu_operator_driver_node_is_refused(stack_fleet, playbook):

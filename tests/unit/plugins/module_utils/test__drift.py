@@ -126,7 +126,11 @@ def test_fabric_manager_only_on_nvswitch_or_when_installed():
     pcie = facts(nvswitch_count=0, tools={'dcgm': '4.1.0'})
     del pcie['packages']['nvidia-fabricmanager-580']
     report = compute_drift(pcie, {'fabric_manager': '580.65.06'})
-    assert report['status'] == 'in_sync' and report['not_applicable'] == ['fabric_manager']
+    # Nothing the pin names applies to a PCIe node: not checked, never "in sync".
+    assert report['status'] == 'not_checked' and report['not_applicable'] == ['fabric_manager']
+    assert 'nothing the pin names can be compared' in report['message']
+    report = compute_drift(pcie, {'fabric_manager': '580.65.06', 'dcgm': '4.1.0'})
+    assert report['status'] == 'in_sync' and report['checked'] == ['dcgm'] and report['not_applicable'] == ['fabric_manager']
     hgx = facts(tools={})
     del hgx['packages']['nvidia-fabricmanager-580']
     assert compute_drift(hgx, {'fabric_manager': '580.65.06'})['drift']['fabric_manager']['actual'] is None
@@ -174,7 +178,43 @@ def test_kernel_pin_may_omit_flavour():
 
 def test_unpinned_components_are_not_checked():
     report = compute_drift(facts(driver_version='1.0'), {'driver': '', 'dcgm': None, 'vbios': {}})
-    assert report['status'] == 'in_sync' and report['checked'] == []
+    # A pin that pins nothing checks nothing: `checked: []` is not "in sync".
+    assert report['status'] == 'not_checked' and report['checked'] == []
+
+
+@pytest.mark.parametrize('value, problem', [
+    ('580.65.06; rm -rf /', 'is not a version'),
+    ('580.65.06\nDCGM_VERSION=1', 'is not a version'),
+    ('--force-yes', 'starts with a dash'),
+    ('$(reboot)', 'is not a version'),
+    ('5' * 65, 'is 65 characters long'),
+    ('580.65.06 ', None),
+])
+def test_pinned_values_must_look_like_versions(value, problem):
+    if problem is None:
+        assert normalize_pin({'driver': value})['driver'] == '580.65.06'
+        return
+    with pytest.raises(DriftError, match='pin component driver: .*' + problem):
+        normalize_pin({'driver': value})
+    with pytest.raises(DriftError, match='pin component vbios.NVIDIA H100: .*' + problem):
+        normalize_pin({'vbios': {'NVIDIA H100': value}})
+
+
+@pytest.mark.parametrize('mangle, field', [
+    (lambda f: f.update(gpus='GPU-0'), 'facts.gpus must be a list, got str'),
+    (lambda f: f['gpus'].append(['x']), r'facts.gpus\[2\] must be a mapping, got list'),
+    (lambda f: f['gpus'][1].update(vbios_version=96), r'facts.gpus\[1\].vbios_version must be a string or null, got int'),
+    (lambda f: f.update(packages=['nvidia-driver']), 'facts.packages must be a mapping, got list'),
+    (lambda f: f['packages'].update({'dcgm': {'v': 1}}), r"facts.packages\['dcgm'\] must be a version string or null, got dict"),
+    (lambda f: f.update(health='fine'), "facts.health must be ok, broken or absent \\(got 'fine'\\)"),
+    (lambda f: f.update(nvswitch_count='4'), 'facts.nvswitch_count must be an integer or null, got str'),
+    (lambda f: f.update(driver_version=580.65), 'facts.driver_version must be a string or null, got float'),
+])
+def test_facts_of_the_wrong_shape_are_refused_naming_the_field(mangle, field):
+    wrong = facts()
+    mangle(wrong)
+    with pytest.raises(DriftError, match=field):
+        compute_drift(wrong, {'driver': '580.65.06'})
 
 
 @pytest.mark.parametrize('pin, words', [

@@ -283,3 +283,21 @@ def test_pin_from_installed_rpm():
     assert pin_from_installed({'nvidia-driver-libs': ['3:580.65.06-1.el9'], 'nvidia-fabric-manager': ['580.65.06-1'],
                                'datacenter-gpu-manager-4-core': ['1:4.1.0-1']}, 'dnf') == {
         'driver': '580.65.06', 'fabric_manager': '580.65.06', 'dcgm': '4.1.0'}
+
+
+@pytest.mark.parametrize('key, value, message', [
+    ('driver', '-0ubuntu1; touch /tmp/x', 'is not a package revision'),
+    ('driver', '0ubuntu1', 'is not a package revision'),
+    ('container_toolkit', '-1\n', 'is not a package revision'),
+    ('dcgm_epoch', '1a', 'is not an epoch'),
+    ('dcgm', 1.5, 'must be a string'),
+    ('nope', '-1', 'unknown; valid keys'),
+])
+def test_revisions_are_validated_like_versions(key, value, message):
+    with pytest.raises(StackError, match=r'^revisions\.%s: .*%s' % (key, message)):
+        target_packages({'driver': '580.65.06', 'dcgm': '4.1.0', 'container_toolkit': '1.17.0'}, 'apt', revisions={key: value})
+
+
+def test_empty_or_numeric_revisions_take_the_default_or_their_digits():
+    packages = target_packages({'dcgm': '3.3.9'}, 'apt', revisions={'dcgm': '', 'dcgm_epoch': 2})
+    assert [package['spec'] for package in packages] == ['datacenter-gpu-manager=2:3.3.9']

@@ -111,3 +111,103 @@ def test_mapping_errors_list_valid_components():
     with pytest.raises(PinError) as caught:
         pin_from_mapping({'drivr': '580'}, 'pin argument')
     assert 'pin argument' in str(caught.value) and 'drivr' in str(caught.value) and 'cuda_toolkit' in str(caught.value)
+
+
+# --- load_pin: the one reader (issues #10 and #12) -------------------------------------------------------
+
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._pin import PIN_MAX_BYTES, load_pin, read_pin_file  # noqa: E402
+
+
+def test_the_same_pin_from_yaml_env_and_a_variable_is_the_same(tmp_path):
+    yaml_file = tmp_path / 'baseline.yml'
+    yaml_file.write_text('driver: 580.65.06\ncuda_toolkit: 12.10\ndcgm: "4.1.0"\nprevious:\n  driver: 550.127.05\n')
+    env_file = tmp_path / 'baseline.env'
+    env_file.write_text('DRIVER_VERSION=580.65.06\nCUDA_TOOLKIT=12.10\nDCGM_VERSION="4.1.0"\nPREV_DRIVER_VERSION=550.127.05\n')
+    variable = {'driver': '580.65.06', 'cuda_toolkit': '12.10', 'dcgm': '4.1.0', 'previous': {'driver': '550.127.05'}}
+    loaded = [load_pin(pin_file=str(yaml_file)), load_pin(pin_file=str(env_file)), load_pin(pin=variable, source='gpu_stack_pin')]
+    for pins in loaded:
+        assert pins['pin']['cuda_toolkit'] == '12.10'
+        assert pins['pinned_versions'] == {'driver': '580.65.06', 'cuda_toolkit': '12.10', 'dcgm': '4.1.0'}
+        assert pins['installed'] == {'driver': '580.65.06', 'dcgm': '4.1.0', 'cuda_toolkit': '12.10'}
+        assert pins['previous']['driver'] == '550.127.05'
+    assert loaded[0]['pin'] == loaded[1]['pin'] == loaded[2]['pin']
+    assert loaded[2]['source'] == 'gpu_stack_pin' and loaded[0]['source'] == str(yaml_file)
+
+
+@pytest.mark.parametrize('value, written', [(12.1, '12.10'), (550.9, '550.90'), (580, '580'), (True, 'true')])
+def test_a_number_in_a_pin_variable_is_refused_with_the_quoting_hint(value, written):
+    del written
+    with pytest.raises(PinError, match=r'^gpu_stack_pin\.cuda_toolkit: .* is a number, not a version; .*quote it'):
+        load_pin(pin={'driver': '580.65.06', 'cuda_toolkit': value}, source='gpu_stack_pin')
+    with pytest.raises(PinError, match=r'^gpu_stack_pin\.vbios\.NVIDIA H100: .* is a number'):
+        load_pin(pin={'vbios': {'NVIDIA H100': value}}, source='gpu_stack_pin')
+
+
+EMPTY_PINS = [('baseline.env', ''), ('baseline.env', '\n# nothing pinned\n'), ('baseline.env', 'DRIVER_VERSION=\nDCGM_VERSION=""\n'),
+              ('baseline.yml', ''), ('baseline.yml', 'driver:\ndcgm: ~\n'), ('pin.json', '{}\n')]
+
+
+@pytest.mark.parametrize('name, text', EMPTY_PINS)
+def test_a_pin_that_pins_nothing_is_refused_naming_the_file(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(PinError, match=r'^%s: pins nothing' % str(path)):
+        load_pin(pin_file=str(path))
+
+
+def test_an_empty_pin_variable_is_refused():
+    with pytest.raises(PinError, match=r'^gpu_stack_pin: pins nothing'):
+        load_pin(pin={'driver': '', 'dcgm': None}, source='gpu_stack_pin')
+    with pytest.raises(PinError, match=r'^gpu_stack_pin: no pin given'):
+        load_pin(pin={}, source='gpu_stack_pin')
+
+
+@pytest.mark.parametrize('line, message', [
+    ('DRIVER_VERSION="580.65.06;reboot"', 'is not a version'),
+    ('DRIVER_VERSION=--allow-downgrades', 'starts with a dash'),
+    ('DRIVER_VERSION="$(touch /tmp/x)"', 'is not a version'),
+    ('DRIVER_VERSION="580\x1b[2J"', 'is not a version'),
+])
+def test_values_that_are_not_versions_are_refused_naming_the_field(tmp_path, line, message):
+    path = tmp_path / 'baseline.env'
+    path.write_text(line + '\n')
+    with pytest.raises(PinError, match='baseline.env line 1: DRIVER_VERSION: .*' + message):
+        load_pin(pin_file=str(path))
+    yaml_path = tmp_path / 'baseline.yml'
+    yaml_path.write_text('dcgm: 4.1.0\ndriver: %s\n' % line.split('=', 1)[1])
+    # YAML itself refuses a raw control character; either way the file is refused naming it.
+    yaml_message = 'not valid YAML: unacceptable character #x001b' if '\x1b' in line else 'line 2: driver: .*' + message
+    with pytest.raises(PinError, match='baseline.yml.*' + yaml_message):
+        load_pin(pin_file=str(yaml_path))
+
+
+def test_a_fifo_is_refused_at_once(tmp_path):
+    fifo = tmp_path / 'pin.yml'
+    os.mkfifo(str(fifo))
+    with pytest.raises(PinError, match=r'pin.yml: is a FIFO, not a pin file'):
+        read_pin_file(str(fifo))  # would block forever if it were opened for a plain read
+
+
+def test_a_directory_and_a_device_are_refused(tmp_path):
+    with pytest.raises(PinError, match=r': is a directory, not a pin file'):
+        read_pin_file(str(tmp_path))
+    with pytest.raises(PinError, match=r'/dev/null: is a character device, not a pin file'):
+        read_pin_file('/dev/null')
+
+
+def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):
+    path = tmp_path / 'huge.yml'
+    with open(str(path), 'wb') as handle:
+        handle.truncate(50 * 1024 * 1024)  # 50 MiB, sparse: refused from its size alone
+    with pytest.raises(PinError, match=r'huge.yml: is 52428800 bytes; a pin file has at most %d' % PIN_MAX_BYTES):
+        read_pin_file(str(path))
+
+
+def test_bytes_that_are_not_utf8_are_refused_naming_the_line(tmp_path):
+    path = tmp_path / 'baseline.env'
+    path.write_bytes(b'DRIVER_VERSION=580.65.06\nDCGM_VERSION=4.1.0\xff\n')
+    with pytest.raises(PinError, match=r"baseline.env line 2: not UTF-8 text \(byte b'\\xff' at offset 43\)"):
+        read_pin_file(str(path))
+    path.write_bytes(b'driver: 580.65.06\x00\n')
+    with pytest.raises(PinError, match=r'line 1: contains a NUL byte'):
+        read_pin_file(str(path))
