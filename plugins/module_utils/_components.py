@@ -54,6 +54,16 @@ def shown(value, limit=80):
     return text if len(text) <= limit else text[:limit] + '...(%d characters)' % len(text)
 
 
+def type_name(value):
+    """The plain type of ``value`` for messages (ansible-core 2.19 wraps YAML values in tagged subclasses of the builtins)."""
+    if value is None:
+        return 'null'
+    for kind in (bool, int, float, str, list, dict):
+        if isinstance(value, kind):
+            return kind.__name__
+    return type(value).__name__
+
+
 def version_text_problem(value):
     """None when ``value`` (a string) looks like a version; otherwise what is wrong with it."""
     if len(value) > VERSION_MAX_LENGTH:

@@ -15,7 +15,7 @@ firmware).  A node whose facts say ``broken`` is reported broken with an empty
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._components import COMPONENTS, shown, version_text_problem
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._components import COMPONENTS, shown, type_name, version_text_problem
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._versions import VersionError, compare, matches_pin
 
 # Packages whose installed version stands for a component, most specific first.
@@ -52,7 +52,7 @@ def normalize_pin(pin):
     if pin is None:
         pin = {}
     if not isinstance(pin, dict):
-        raise DriftError('the pin must be a mapping of component to version, got %s' % type(pin).__name__)
+        raise DriftError('the pin must be a mapping of component to version, got %s' % type_name(pin))
     unknown = sorted(str(key) for key in pin if key not in COMPONENTS)
     if unknown:
         raise DriftError('unknown pin component(s) %s; valid components: %s' % (', '.join(unknown), ', '.join(COMPONENTS)))
@@ -63,7 +63,7 @@ def normalize_pin(pin):
             models = dict((str(model), _clean(version, 'vbios.%s' % model)) for model, version in value.items())
             result[component] = dict((model, version) for model, version in models.items() if version) or None
         elif isinstance(value, (dict, list)):
-            raise DriftError('pin component %s must be a version string, got a %s' % (component, type(value).__name__))
+            raise DriftError('pin component %s must be a version string, got a %s' % (component, type_name(value)))
         else:
             result[component] = _clean(value, component)
     return result
@@ -219,7 +219,7 @@ def validate_facts(facts):
     corrupted mapping fails here with a DriftError instead of a Python exception further down.
     """
     def fail(field, expected, value):
-        raise DriftError('facts.%s must be %s, got %s' % (field, expected, type(value).__name__ if value is not None else 'null'))
+        raise DriftError('facts.%s must be %s, got %s' % (field, expected, type_name(value)))
 
     if not isinstance(facts, dict):
         fail('', 'a mapping (the gpufleet facts from gpufleet.lifecycle.gpu_facts)', facts)

@@ -21,7 +21,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages impor
     parse_dnf_repoquery,
     parse_rpm_query,
 )
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._components import DEFAULT_REVISIONS, INSTALLED, revision_problem, shown
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._components import DEFAULT_REVISIONS, INSTALLED, revision_problem, shown, type_name
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._versions import VersionError, matches_pin
 
 __all__ = [
@@ -101,7 +101,7 @@ def validate_pin(pin, components=COMPONENTS):
     Raises :class:`StackError` naming the first bad field.
     """
     if not isinstance(pin, dict):
-        raise StackError('pin', 'must be a mapping of component to version, got %s' % type(pin).__name__)
+        raise StackError('pin', 'must be a mapping of component to version, got %s' % type_name(pin))
     unknown = sorted(str(key) for key in pin if key not in components)
     if unknown:
         raise StackError('pin', 'unknown component(s) %s; valid components: %s' % (', '.join(unknown), ', '.join(components)))

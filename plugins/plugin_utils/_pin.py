@@ -41,7 +41,7 @@ import stat
 
 import yaml
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._components import INSTALLED, shown, version_text_problem
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._components import INSTALLED, shown, type_name, version_text_problem
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._drift import COMPONENTS, DriftError, normalize_pin, pinned_components
 
 # The runbook's variable names that do not follow COMPONENT[_VERSION].
@@ -230,11 +230,11 @@ def pin_from_mapping(mapping, source='pin'):
     An optional ``previous`` key holds the rollback pin, as in the YAML file form.  Returns {'pin', 'previous'}.
     """
     if not isinstance(mapping, dict):
-        raise PinError('%s: must be a mapping of component to version, got %s' % (source, type(mapping).__name__))
+        raise PinError('%s: must be a mapping of component to version, got %s' % (source, type_name(mapping)))
     mapping = dict(mapping)
     previous = mapping.pop('previous', None) or {}
     if not isinstance(previous, dict):
-        raise PinError('%s.previous: must be a mapping of component to version, got %s' % (source, type(previous).__name__))
+        raise PinError('%s.previous: must be a mapping of component to version, got %s' % (source, type_name(previous)))
     _refuse_numbers(mapping, source)
     _refuse_numbers(previous, source + '.previous')
     try:

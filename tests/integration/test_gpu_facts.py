@@ -3,7 +3,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """gpu_facts, drift_check and the drift_report playbook through ansible-playbook."""
 
+import json
 import os
+
+import pytest
 
 from conftest import ROOT, real, run_playbook
 
@@ -136,4 +139,61 @@ def test_bad_pin_fails_naming_host_file_and_line(fleet, tmp_path):
     assert outcome['msg'] == ('node-a: %s line 2: unknown key DRIVR_VERSION; valid keys: KERNEL_VERSION, DRIVER_VERSION, CUDA_DRIVER_VERSION, '
                               'GSP_FIRMWARE_VERSION, VBIOS_VERSION, FABRIC_MANAGER_VERSION, CONTAINER_TOOLKIT_VERSION, DCGM_VERSION, '
                               'CUDA_TOOLKIT_VERSION (prefix PREV_ for the previous pin)' % pin)
+    assert 'Traceback' not in result.stderr
+
+
+@pytest.mark.parametrize('kind, message', [
+    ('empty', ': pins nothing (no component has a version)'),
+    ('fifo', ': is a FIFO, not a pin file'),
+    ('huge', ': is 52428800 bytes; a pin file has at most 262144'),
+    ('directory', ': is a directory, not a pin file'),
+    ('not-a-version', " line 1: DRIVER_VERSION: '535.54.03;reboot' is not a version"),
+])
+def test_a_file_that_is_not_a_pin_is_refused_at_once_naming_it(fleet, tmp_path, kind, message):
+    """Fail closed: an empty pin never reads as in sync; a FIFO (which would block a plain read forever), a huge
+    file or a directory is refused before it is read."""
+    fleet.host('node-a').tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': real('nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml')})
+    pin = tmp_path / 'baseline.env'
+    if kind == 'empty':
+        pin.write_text('', encoding='utf-8')
+    elif kind == 'fifo':
+        os.mkfifo(str(pin))
+    elif kind == 'huge':
+        with open(str(pin), 'wb') as handle:
+            handle.truncate(50 * 1024 * 1024)
+    elif kind == 'directory':
+        pin.mkdir()
+    else:
+        pin.write_text('DRIVER_VERSION="535.54.03;reboot"\n', encoding='utf-8')
+    result = run_playbook(DRIFT_REPORT, fleet.inventory(), '--check', '--diff', '-e', 'gpufleet_pin_file=%s' % pin)
+    assert result.rc != 0
+    outcome = result.task('Compare the stack with the pin')['node-a']
+    assert outcome['failed'] and outcome['msg'].startswith('node-a: %s' % pin) and message in outcome['msg'], outcome['msg']
+    assert 'Traceback' not in result.stderr
+
+
+def test_a_number_in_the_pin_variable_is_refused_with_the_quoting_hint(fleet):
+    fleet.host('node-a').tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': real('nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml')})
+    result = run_playbook(DRIFT_REPORT, fleet.inventory(), '--check', '-e', json.dumps({'gpufleet_pin': {'driver': 535.54, 'cuda_driver': '12.2'}}))
+    outcome = result.task('Compare the stack with the pin')['node-a']
+    assert outcome['failed'] and outcome['msg'].startswith('node-a: pin.driver: 535.54 is a number, not a version'), outcome['msg']
+    assert 'quote it' in outcome['msg']
+
+
+def test_wrong_shaped_facts_are_refused_naming_the_field(fleet, tmp_path):
+    fleet.host('node-a')
+    playbook = tmp_path / 'facts.yml'
+    playbook.write_text("""---
+- name: Compare hand-made facts
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Compare the stack with the pin
+      gpufleet.lifecycle.drift_check:
+        pin: {driver: "580.65.06"}
+        facts: {health: ok, gpus: [{index: 0, vbios_version: 96}]}
+""", encoding='utf-8')
+    result = run_playbook(str(playbook), fleet.inventory())
+    outcome = result.task('Compare the stack with the pin')['node-a']
+    assert outcome['failed'] and outcome['msg'] == 'node-a: facts.gpus[0].vbios_version must be a string or null, got int', outcome['msg']
     assert 'Traceback' not in result.stderr
