@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
@@ -27,15 +26,8 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
 
-    def _find_pin_file(self, name):
-        """A relative pin file is searched like other files (the role's or playbook's files/, then the playbook folder)."""
-        try:
-            return self._find_needle('files', name)
-        except AnsibleError as exc:
-            raise PinError('pin_file %s: not found (%s)' % (name, to_native(exc)))
-
     def _load_pin(self, args):
-        return load_pin(pin=args['pin'], pin_file=args['pin_file'], source='pin', find=self._find_pin_file)
+        return load_pin(pin=args['pin'], pin_file=args['pin_file'], source='pin', find=lambda name: self._find_needle('files', name))
 
     def _facts(self, args, task_vars, result):
         if args['facts'] is not None:

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
@@ -26,12 +25,6 @@ class ActionModule(ActionBase):
     """Read and validate a pin on the controller; return it with the component table."""
 
     TRANSFERS_FILES = False
-
-    def _find(self, name):
-        try:
-            return self._find_needle('files', name)
-        except AnsibleError as exc:
-            raise PinError('%s: not found (%s)' % (name, to_native(exc)))
 
     @staticmethod
     def _named(message, args):
@@ -57,7 +50,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg='%s: %s and a pin file are both set; give one' % (host, args['name']))
             return result
         try:
-            pins = load_pin(pin=pin, pin_file=args['pin_file'], source=args['name'], find=self._find)
+            pins = load_pin(pin=pin, pin_file=args['pin_file'], source=args['name'], find=lambda name: self._find_needle('files', name))
             # The installed components must also be versions the package rules accept (Fabric Manager on the
             # driver's branch, driver as NNN.NN.NN, ...): checked here, before any task touches the node.
             validate_pin(pins['installed'])

@@ -307,7 +307,10 @@ def load_pin(pin=None, pin_file=None, source='pin', find=None):
     the pinned components with their versions only, and those of them a package manager installs.
     """
     if pin_file:
-        path = find(pin_file) if find else pin_file
+        try:
+            path = find(pin_file) if find else pin_file
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # the caller's file search: any failure means "not found"
+            raise PinError('%s: not found (%s)' % (pin_file, exc))
         pins = read_pin_file(path)
         origin = path
     elif pin is not None and pin != {}:

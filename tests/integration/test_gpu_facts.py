@@ -125,7 +125,7 @@ def test_drift_report_check_diff(fleet, tmp_path):
     assert result.stats['mismatch']['changed'] == 0
     summary = result.task('Summarise the fleet')
     message = list(summary.values())[0]['msg']
-    assert message == {'in_sync': ['in-sync'], 'drifted': ['old-driver'], 'broken': ['mismatch'], 'not_reported': []}
+    assert message == {'in_sync': ['in-sync'], 'drifted': ['old-driver'], 'broken': ['mismatch'], 'not_checked': [], 'not_reported': []}
 
 
 def test_bad_pin_fails_naming_host_file_and_line(fleet, tmp_path):
