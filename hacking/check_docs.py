@@ -20,7 +20,13 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTION = 'gpufleet.lifecycle'
 # plugins/<folder> -> ansible-doc plugin type
-DOCUMENTED = {'modules': 'module', 'callback': 'callback', 'lookup': 'lookup', 'filter': 'filter', 'inventory': 'inventory'}
+DOCUMENTED = {'modules': 'module', 'callback': 'callback', 'lookup': 'lookup', 'filter': 'filter', 'test': 'test', 'inventory': 'inventory'}
+
+
+def documented_elsewhere(path):
+    """A filter or test file without DOCUMENTATION: its plugins are documented in .yml files."""
+    with open(path, encoding='utf-8') as handle:
+        return 'DOCUMENTATION' not in handle.read()
 
 
 def plugins_on_disk():
@@ -31,7 +37,12 @@ def plugins_on_disk():
         if not os.path.isdir(path):
             continue
         for name in sorted(os.listdir(path)):
-            if name.endswith('.py') and not name.startswith('_'):
+            if name.startswith('_'):
+                continue
+            # Filter and test files may hold several plugins, each documented in a <name>.yml beside the file.
+            if plugin_type in ('filter', 'test') and name.endswith('.yml'):
+                found.append((plugin_type, '%s.%s' % (COLLECTION, name[:-4])))
+            elif name.endswith('.py') and (plugin_type not in ('filter', 'test') or not documented_elsewhere(os.path.join(path, name))):
                 found.append((plugin_type, '%s.%s' % (COLLECTION, name[:-3])))
     return found
 

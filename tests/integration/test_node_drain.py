@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, run_playbook
+from conftest import ROOT, ansible_environment, run_playbook
 
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'sim', 'kube'))
 import fake_apiserver  # noqa: E402  pylint: disable=wrong-import-position
@@ -44,6 +44,14 @@ def pod(name, node_name, owner=('ReplicaSet', None), labels=None, gpus=0, annota
         meta['ownerReferences'] = [{'apiVersion': 'apps/v1', 'kind': owner[0], 'name': owner[1] or name.rsplit('-', 1)[0],
                                     'controller': True, 'blockOwnerDeletion': True}]
     return {'metadata': meta, 'spec': spec}
+
+
+def init_gpu_pod(name, node_name):
+    """A pod whose only GPU request is in an init container, as the GPU Operator's device-plugin validator."""
+    document = pod(name, node_name, ('ClusterPolicy', 'cluster-policy'), {'app': 'nvidia-device-plugin-validator'}, namespace='gpu-operator')
+    document['spec']['initContainers'] = [{'name': 'plugin-validation', 'image': 'nvcr.io/nvidia/gpu-operator:v25.3.0',
+                                           'resources': {'limits': {'nvidia.com/gpu': '1'}, 'requests': {'nvidia.com/gpu': '1'}}}]
+    return document
 
 
 def exporter(node_name):
@@ -78,6 +86,7 @@ def cluster_state():
             pod('admin-debug-7f6c-k2x9', 'gpu-03', gpus=1),
             pod('infer-7d9f-x2k4p', 'gpu-04', gpus=1),
             pod('infer-gpu-6c5d-a1b2', 'gpu-05', gpus=2),
+            init_gpu_pod('nvidia-device-plugin-validator-x7k2p', 'gpu-05'),
             pod('web-cpu-5f4d-c3d4', 'gpu-05'),
             pod('skipme-4b3c-e5f6', 'gpu-06', gpus=8),
             pod('quarantined-8a7b-g7h8', 'gpu-07', gpus=8),
@@ -214,8 +223,8 @@ def test_apply(kube):
     assert kube.unschedulable('gpu-04') and kube.taints('gpu-04') == [('runai', 'drain', 'NoExecute')]
     assert json.loads(kube.annotations('gpu-04')['gpufleet.io/added-taints']) == [{'key': 'runai', 'value': 'drain', 'effect': 'NoExecute'}]
 
-    # GPU pods only: the GPU pod went, the CPU pod and the DaemonSet pod stayed.
-    assert kube.pod('ml', 'infer-gpu-6c5d-a1b2') is None
+    # GPU pods only: the GPU pods went (also the one whose GPU is in an init container), the CPU pod and the DaemonSet pod stayed.
+    assert kube.pod('ml', 'infer-gpu-6c5d-a1b2') is None and kube.pod('gpu-operator', 'nvidia-device-plugin-validator-x7k2p') is None
     assert kube.pod('ml', 'web-cpu-5f4d-c3d4') is not None and kube.pod('gpu-operator', 'dcgm-exporter-gpu-05') is not None
 
     # Skip label honoured.
@@ -279,6 +288,24 @@ def test_deferred_drain_of_a_node_cordoned_by_gpufleet_keeps_it_cordoned(kube):
     assert kube.unschedulable('gpu-01') and kube.labels('gpu-01')['gpufleet.io/state'] == 'cordoned'
     assert kube.annotations('gpu-01')['gpufleet.io/original-unschedulable'] == 'false'
     assert kube.pod('ml', 'train-0') is not None
+
+
+def test_kubeconfig_token_never_printed_at_vvv(kube):
+    """A bearer token in the kubeconfig appears nowhere in -vvv output, and nothing the role sets carries it."""
+    token = 'gpufleet-test-token-' + 'c2VjcmV0LXZhbHVl'
+    with open(kube.kubeconfig, encoding='utf-8') as handle:
+        config = json.load(handle)
+    config['users'][0]['user'] = {'token': token}
+    kubeconfig = os.path.join(kube.base, 'kubeconfig-token')
+    with open(kubeconfig, 'w', encoding='utf-8') as handle:
+        json.dump(config, handle)
+    environment = dict(ansible_environment(), ANSIBLE_STDOUT_CALLBACK='ansible.builtin.default')
+    process = subprocess.run(['ansible-playbook', '-vvv', '-i', kube.inventory, PLAY, '--limit', 'gpu-02,gpu-10', '-e', 'node_drain_action=status',
+                              '-e', 'node_drain_kubeconfig=' + kubeconfig], env=environment, cwd=ROOT, capture_output=True, text=True,
+                             check=False, timeout=600)
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    assert '"outcome": "done"' in process.stdout and 'gpufleet.io/state' in process.stdout
+    assert token not in process.stdout and token not in process.stderr
 
 
 # ------------------------------------------------------------------ Slurm (a real Slurm 22.05, tests/sim/slurm)

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+import yaml
 
 from conftest import ROOT, run_playbook
 
@@ -338,6 +339,31 @@ def test_kubernetes_core_modules(cluster, tmp_path, monkeypatch):
     assert ['Normal', 'GpuFleetMaintenance', 'node/gpu-01', 'Driver upgrade to 550.127.05 started'] in [row[1:] for row in rows[1:]]
     v1 = json.loads(kube.kubectl('get', 'events.v1.events.k8s.io', '--field-selector', 'regarding.name=gpu-01', '-o', 'json').stdout)
     assert 'Driver upgrade to 550.127.05 started' in [item.get('note') for item in v1['items']]
+
+
+def test_documents_carry_what_node_drain_decides_on(cluster):
+    """kubectl's JSON from the fake server has the fields plugin_utils/_kube.py reads, shaped as in the real samples."""
+    from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._kube import node_plan, pod_plan  # pylint: disable=import-outside-toplevel
+    samples = os.path.join(ROOT, 'tests', 'unit', 'fixtures', 'real-outputs', 'kubernetes')
+    with open(os.path.join(samples, 'kubectl_get_nodes_-o_json_k8s-v1.31.6+rke2r1_1xNVIDIA-A16-4Q-vGPU_gpu-operator-v24.9.2_'
+                           'edgexr-edge-cloud-platform.json'), encoding='utf-8') as handle:
+        real_nodes = json.load(handle)
+    with open(os.path.join(samples, 'kubectl_get_pod_-o_yaml_runai-2.17-reservation-pod_unmanaged_nvidia.com-gpu-1_fake-gpu-operator.yaml'),
+              encoding='utf-8') as handle:
+        sample = yaml.safe_load(handle)
+    kube = cluster()
+    assert kube.kubectl('cordon', 'gpu-01').returncode == 0
+    nodes = json.loads(kube.kubectl('get', 'nodes', '-o', 'json').stdout)
+    assert nodes['kind'] == 'List' == real_nodes['kind']
+    status = node_plan(nodes, 'gpu-01', action='drain')['status']
+    assert status['unschedulable'] is True and status['cordoned_by_others'] is True
+    assert [t['key'] for t in status['taints']] == ['node.kubernetes.io/unschedulable']
+    pods = json.loads(kube.kubectl('get', 'pods', '-A', '--field-selector', 'spec.nodeName=gpu-01', '-o', 'json').stdout)
+    for item in pods['items']:
+        assert set(sample['metadata']) - {'annotations', 'ownerReferences'} <= set(item['metadata'])
+        assert isinstance(item['spec']['containers'], list) and item['status']['phase'] == sample['status']['phase']
+    plan = pod_plan(pods, delete_emptydir_data=True)
+    assert plan['blocking'] == ['ml/train-0'] and [p['name'] for p in plan['gpu_pods']] == ['train-0'] and plan['refused'] == ''
 
 
 # ------------------------------------------------------------------ disruption budget arithmetic, pod life cycle, the command line
