@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Install the Debian packages the test suites use, when missing (root on Debian/Ubuntu only).
-#   The shellcheck program: ansible-test sanity's shellcheck test skips itself without it.
+#   the shellcheck program: ansible-test sanity's shellcheck test skips itself without it.
+#   rpm (>= 4.16): the unit tests check the rpm version comparison against the real rpm.
+# A suite whose tool is missing fails and says what to install; none skips (docs/development.md, "Missing tools").
 set -o errexit -o nounset -o pipefail
 
 missing=()
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+command -v rpm >/dev/null 2>&1 || missing+=(rpm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -13,7 +16,9 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
 fi
 echo "installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Wait for a dpkg lock another process holds (unattended-upgrades, a parallel make test) rather than fail.
+apt=(apt-get -o DPkg::Lock::Timeout=300)
+"${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
+    "${apt[@]}" update -qq >/dev/null
+    "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }

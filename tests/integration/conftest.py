@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from ansible_collections.gpufleet.lifecycle.tests import needs
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 REAL = os.path.join(ROOT, 'tests', 'unit', 'fixtures', 'real-outputs')
@@ -250,8 +252,7 @@ import slurm_sim  # noqa: E402  pylint: disable=wrong-import-position,import-err
 
 def require_root():
     """The simulated Slurm runs its daemons as root on Linux; anywhere else a Slurm suite fails, it does not skip."""
-    if not sys.platform.startswith('linux') or os.geteuid() != 0:
-        pytest.fail('the simulated Slurm runs its daemons as root on Linux: run make test as root (CI does)')
+    needs.require_root('the simulated Slurm runs its daemons as root on Linux')
 
 
 class SlurmCluster:

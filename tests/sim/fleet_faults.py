@@ -20,12 +20,17 @@ FAULTS = {
     'dkms_fail': {},
     'xid': {'gpu': int, 'xid': int},
     'long_job': {'seconds': int},
+    'dpkg_lock': {'seconds': int},
 }
 DEFAULTS = {
     'diag_fail': {'level': 1, 'gpu': 0},
     'xid': {'gpu': 0, 'xid': 79},
     'long_job': {'seconds': 3600},
+    'dpkg_lock': {'seconds': 30},
 }
+# Faults that need a process inside the node: the command ``fleet fault`` runs there (``podman exec``) after writing
+# faults.json. Each returns at once (the process runs in the background) and does nothing when it already runs.
+NODE_PYTHONPATH = 'PYTHONPATH=/usr/lib/gpufleet-sim'
 XID_TEXT = {
     79: 'GPU has fallen off the bus.',
     48: 'DBE (Double Bit Error) ECC Error',
@@ -54,6 +59,17 @@ def parse_fault_settings(name, settings):
     if name == 'diag_fail' and 'test' not in result:
         result['test'] = 'software' if result['level'] == 1 else 'memory'
     return result
+
+
+def node_command(name, settings):
+    """The argument list to run inside the node for fault ``name`` (None when the fault is only read from faults.json).
+
+    ``dpkg_lock``: a process named ``unattended-upgr`` takes the dpkg locks as apt does and holds them
+    ``seconds`` (tests/sim/node/gpufleet_sim/dpkg_lock.py).
+    """
+    if name == 'dpkg_lock':
+        return ['env', NODE_PYTHONPATH, 'python3', '-m', 'gpufleet_sim.dpkg_lock', 'start', '--seconds', str(int(settings['seconds']))]
+    return None
 
 
 def xid_line(hardware, settings, now=None):

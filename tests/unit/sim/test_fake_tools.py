@@ -18,10 +18,11 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _dcgm, _nvidia_smi, _packages
+from ansible_collections.gpufleet.lifecycle.tests.needs import require_root
+from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import read_real_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SIM_NODE = os.path.join(REPO, 'tests', 'sim', 'node')
-REAL = os.path.join(REPO, 'tests', 'unit', 'fixtures', 'real-outputs')
 if SIM_NODE not in sys.path:
     sys.path.insert(0, SIM_NODE)
 
@@ -33,8 +34,7 @@ DRIVER = '550.127.05'
 
 
 def _real(*parts):
-    with open(os.path.join(REAL, *parts), encoding='utf-8') as handle:
-        return handle.read()
+    return read_real_output(*parts)
 
 
 class Node(object):
@@ -374,8 +374,8 @@ def _real_q_565_head():
             '    Product Brand                         : NVIDIA']
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason='nvidia-smi -pm needs root')
 def test_legacy_persistence_mode_per_gpu(node):
+    require_root('nvidia-smi -pm needs root')
     process = node.run('nvidia_smi', '-pm', '1', '-i', '0')
     assert process.stdout == 'Enabled persistence mode for GPU 00000000:18:00.0.\nAll done.\n'
     modes = node.run('nvidia_smi', '--query-gpu=persistence_mode', '--format=csv,noheader').stdout.split()
@@ -709,3 +709,86 @@ def test_dpkg_fail(node):
     assert node.run('maint', 'preinst', 'nvidia-driver-550', 'install').returncode == 0
     node.faults({})
     assert node.run('maint', 'preinst', 'nvidia-driver-550', 'install').returncode == 0
+
+
+# --------------------------------------------------------------------------- the -q field table
+
+@pytest.mark.parametrize('driver', ['550.127.05', '590.44.01'])
+def test_one_field_table_drives_xml_and_text(node, monkeypatch, driver):
+    """The XML (v12 / v13) and text printers read their rows from GPU_FIELDS: a changed row changes all three."""
+    from gpufleet_sim import nvidia_smi  # pylint: disable=import-outside-toplevel
+    gpus = nvidia_smi.describe(node.hardware, driver)
+    row = [field for field in nvidia_smi.GPU_FIELDS if field.xml == 'vbios_version'][0]
+    assert row.text == 'VBIOS Version'
+    monkeypatch.setattr(row, 'value', 'TABLE-ROW')
+    xml = nvidia_smi.render_xml(gpus, len(gpus), driver, 'now')
+    text = nvidia_smi.render_text(gpus, len(gpus), driver, 'now')
+    assert xml.count('<vbios_version>TABLE-ROW</vbios_version>') == len(gpus)
+    assert len(re.findall(r'^    VBIOS Version\s+: TABLE-ROW$', text, re.MULTILINE)) == len(gpus)
+    assert _nvidia_smi.parse_xml(xml.encode('utf-8'))['gpus'][0]['vbios_version'] == 'TABLE-ROW'
+
+
+def test_every_table_row_is_printed_somewhere():
+    from gpufleet_sim import nvidia_smi  # pylint: disable=import-outside-toplevel
+    views = [nvidia_smi._View(fmt, branch) for fmt in ('x12', 'x13', 'text') for branch in (525, 550, 560, 570, 580, 590)]  # pylint: disable=protected-access
+
+    def walk(fields):
+        for field in fields:
+            assert field.xml or field.text, vars(field)
+            assert field.on is None or any(field.on(view) for view in views), (field.xml, field.text)
+            walk(field.children or [])
+    walk(nvidia_smi.GPU_FIELDS)
+
+
+# --------------------------------------------------------------------------- dpkg_lock fault
+
+def _dpkg_lock_holders(node):
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _locks  # pylint: disable=import-outside-toplevel
+    files = [(node.path('var/lib/dpkg/lock-frontend'), 'fcntl'), (node.path('var/lib/dpkg/lock'), 'fcntl')]
+    return [[(holder['pid'], holder['command']) for holder in lock['holders']] for lock in _locks.observe_all(files)]
+
+
+def test_dpkg_lock_holds_both_locks_like_apt(node):
+    node.faults({'dpkg_lock': {'seconds': 30}})
+    started = node.run('dpkg_lock', 'start')
+    assert started.returncode == 0, started.stderr
+    report = json.loads(started.stdout)
+    pid = report['pid']
+    try:
+        assert report['seconds'] == 30 and report['locks'] == ['/var/lib/dpkg/lock-frontend', '/var/lib/dpkg/lock']
+        assert _dpkg_lock_holders(node) == [[(pid, 'unattended-upgr')], [(pid, 'unattended-upgr')]]
+        # Started once: a second start reports the same holder.
+        assert json.loads(node.run('dpkg_lock', 'start').stdout)['pid'] == pid
+        # The real dpkg meets the lock as it meets unattended-upgrades'.
+        dpkg = subprocess.run(['dpkg', '--admindir', node.path('var/lib/dpkg'), '--set-selections'], input='', capture_output=True,
+                              text=True, timeout=30, check=False)
+        assert dpkg.returncode == 2 and 'dpkg frontend lock was locked by another process with pid %d' % pid in dpkg.stderr, dpkg.stderr
+    finally:
+        stopped = node.run('dpkg_lock', 'stop')
+    assert json.loads(stopped.stdout) == {'stopped': pid}
+    assert _dpkg_lock_holders(node) == [[], []]
+    assert not node.exists('run/gpufleet-sim/dpkg-lock.pid')
+
+
+def test_dpkg_lock_lets_go_after_its_seconds(node):
+    started = node.run('dpkg_lock', 'start', '--seconds', '1')
+    pid = json.loads(started.stdout)['pid']
+    assert _dpkg_lock_holders(node)[0] == [(pid, 'unattended-upgr')]
+    deadline = time.time() + 20
+    while time.time() < deadline and _dpkg_lock_holders(node)[0]:
+        time.sleep(0.1)
+    assert _dpkg_lock_holders(node) == [[], []]
+    assert json.loads(node.run('dpkg_lock', 'stop').stdout) == {'stopped': None}
+
+
+def test_dpkg_lock_fault_settings_and_node_command():
+    sys.path.insert(0, os.path.join(REPO, 'tests', 'sim'))
+    import fleet_faults  # pylint: disable=import-outside-toplevel,import-error
+    assert fleet_faults.parse_fault_settings('dpkg_lock', []) == {'seconds': 30}
+    settings = fleet_faults.parse_fault_settings('dpkg_lock', ['seconds=10'])
+    assert settings == {'seconds': 10}
+    assert fleet_faults.node_command('dpkg_lock', settings) == [
+        'env', 'PYTHONPATH=/usr/lib/gpufleet-sim', 'python3', '-m', 'gpufleet_sim.dpkg_lock', 'start', '--seconds', '10']
+    assert fleet_faults.node_command('xid', {'gpu': 0, 'xid': 79}) is None
+    with pytest.raises(fleet_faults.FaultError):
+        fleet_faults.parse_fault_settings('dpkg_lock', ['minutes=3'])

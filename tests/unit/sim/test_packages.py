@@ -14,12 +14,13 @@ import importlib.util
 import io
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 import time
 
 import pytest
+
+from ansible_collections.gpufleet.lifecycle.tests.needs import refuse_inside_simulation, require_root, require_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PACKAGES_DIR = os.path.join(ROOT, 'tests', 'sim', 'packages')
@@ -38,7 +39,11 @@ CATALOG = BUILD_REPO.CATALOG
 RECORDS = CATALOG.packages()
 NVIDIA = [record for record in RECORDS if record['package'] != 'dkms' and not record['package'].startswith('linux-image')]
 
-pytestmark = pytest.mark.skipif(shutil.which('dpkg-deb') is None, reason='needs dpkg-deb')
+
+@pytest.fixture(scope='module', autouse=True)
+def _dpkg_deb():
+    require_tool('dpkg-deb', 'apt-get install dpkg (the dummy packages are built with dpkg-deb)')
+
 
 # (package, path, fake module) of every wrapper.
 WRAPPERS = [('nvidia-utils-%s' % branch, '/usr/bin/nvidia-smi', 'nvidia_smi') for branch in ('550', '580')] + [
@@ -209,8 +214,7 @@ def repo(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def apt(repo, tmp_path_factory):
-    if shutil.which('apt-get') is None:
-        pytest.skip('needs apt-get')
+    require_tool('apt-get', 'apt-get comes with Debian/Ubuntu (package apt): run the unit tests there')
     tool = Apt(repo, str(tmp_path_factory.mktemp('apt')))
     process = tool('update')
     if process.returncode != 0:
@@ -432,8 +436,8 @@ def test_nvidia_dkms_postinst_builds_for_every_kernel(repo, tmp_path):
     assert log.read_text() == 'install nvidia/580.82.07 -k 6.1.0-26-amd64\ninstall nvidia/580.82.07 -k 6.1.0-28-amd64\n'
 
 
-@pytest.mark.skipif(os.path.exists(SIM_LIB), reason='the simulation is installed on this machine')
 def test_preinst_without_simulation(repo):
+    refuse_inside_simulation(SIM_LIB, 'the preinst would see the simulation installed')
     for name in ('nvidia-dkms-580', 'nvidia-fabricmanager-550', 'datacenter-gpu-manager-4-core'):
         script = control_of(repo, record(name))['preinst']
         process = run(['sh', '-c', script, 'preinst', 'install'])
@@ -585,9 +589,10 @@ def test_apt_kernels_and_toolkits_coinstall(apt):
 
 # ---------------------------------------------------------------------------- a stray second branch
 
-@pytest.mark.skipif(os.geteuid() != 0 or os.path.exists(SIM_LIB), reason='needs root; must not run the simulation hooks of this machine')
 def test_stray_second_branch_recipe(repo, tmp_path):
     """The documented way to a half-installed second branch, with dpkg on a scratch root (scripts run with a fake dkms)."""
+    require_root('dpkg --root with maintainer scripts needs root')
+    refuse_inside_simulation(SIM_LIB, 'the maintainer scripts would run the simulation hooks of this machine')
     root = tmp_path / 'root'
     for sub in ('var/lib/dpkg/info', 'var/lib/dpkg/updates', 'var/lib/dpkg/triggers'):
         (root / sub).mkdir(parents=True)

@@ -17,6 +17,7 @@ from the node's state files (see ``state`` and tests/sim/README.md, "The node co
 * ``dkms``                 dkms (``status``, ``autoinstall``, ``install``, ``build``, ``add``, ``remove``)
 * ``boot``                 the boot step (picks the kernel, "loads" its module, writes boot.json)
 * ``maint``                helper for the dummy packages' maintainer scripts (``dpkg_fail``)
+* ``dpkg_lock``            the ``dpkg_lock`` fault: holds the dpkg locks as unattended-upgrades does
 
 Standard library only; Python 3.8+ (the nodes run Debian bookworm's 3.11).
 """

@@ -232,239 +232,344 @@ def _mhz(value):
     return '%d MHz' % value
 
 
-# --------------------------------------------------------------------------- XML
+# --------------------------------------------------------------------------- the -q field table
 
-def _xml_gpu_v12(gpu, branch):
-    clocks = gpu['clocks']
-    max_clocks = gpu['max_clocks']
-    fabric = [('state', gpu['fabric_state']), ('status', gpu['fabric_status'])]
-    if branch >= 550:
-        health = [('bandwidth', N_A)]
-        if branch >= 570:
-            health = [('summary', N_A), ('bandwidth', N_A), ('route_recovery_in_progress', N_A), ('route_unhealthy', N_A),
-                      ('access_timeout_recovery', N_A)]
-        fabric += [('cliqueId', gpu['clique']), ('clusterUuid', gpu['cluster']), ('health', health)]
-    if branch >= 580:
-        power = [('power_state', 'P0'), ('average_power_draw', _w(gpu['power_draw'])), ('instant_power_draw', _w(gpu['power_draw'] - 0.4))]
-        module_power = [('power_state', 'P0'), ('average_power_draw', N_A), ('instant_power_draw', N_A)]
-    else:
-        power = [('power_state', 'P0'), ('power_draw', _w(gpu['power_draw']))]
-        module_power = [('power_state', 'P0'), ('power_draw', N_A)]
-    limits = [('current_power_limit', _w(gpu['power_limit'])), ('requested_power_limit', _w(gpu['power_limit'])),
-              ('default_power_limit', _w(gpu['power_limit'])), ('min_power_limit', _w(gpu['min_power'])),
-              ('max_power_limit', _w(gpu['power_limit']))]
-    return [
-        ('product_name', gpu['name']),
-        ('product_brand', 'NVIDIA'),
-        ('product_architecture', gpu['architecture']),
-        ('display_mode', 'Enabled'),
-        ('display_active', 'Disabled'),
-        ('persistence_mode', gpu['persistence']),
-        ('addressing_mode', 'None'),
-        ('mig_mode', [('current_mig', gpu['mig']), ('pending_mig', gpu['mig'])]),
-        ('mig_devices', 'None\n'),
-        ('accounting_mode', 'Disabled'),
-        ('accounting_mode_buffer_size', '4000'),
-        ('driver_model', [('current_dm', N_A), ('pending_dm', N_A)]),
-        ('serial', gpu['serial']),
-        ('uuid', gpu['uuid']),
-        ('minor_number', str(gpu['index'])),
-        ('vbios_version', gpu['vbios']),
-        ('multigpu_board', 'No'),
-        ('board_id', gpu['board_id']),
-        ('board_part_number', gpu['board_part_number']),
-        ('gpu_part_number', gpu['gpu_part_number']),
-        ('gpu_fru_part_number', N_A),
-        ('gpu_module_id', str(gpu['module_id'])),
-        ('inforom_version', [('img_version', gpu['inforom'][0]), ('oem_object', gpu['inforom'][1]),
-                             ('ecc_object', gpu['inforom'][2]), ('pwr_object', N_A)]),
-        ('gpu_operation_mode', [('current_gom', N_A), ('pending_gom', N_A)]),
-        ('gsp_firmware_version', gpu['gsp']),
-        ('gpu_virtualization_mode', [('virtualization_mode', 'None'), ('host_vgpu_mode', N_A)]),
-        ('gpu_reset_status', [('reset_required', 'No'), ('drain_and_reset_recommended', 'No')]),
-        ('ibmnpu', [('relaxed_ordering_mode', N_A)]),
-        ('pci', [
-            ('pci_bus', gpu['bus']), ('pci_device', gpu['device']), ('pci_domain', gpu['domain']),
-            ('pci_device_id', gpu['device_id']), ('pci_bus_id', gpu['bus_id']), ('pci_sub_system_id', gpu['subsystem']),
-            ('pci_gpu_link_info', [
-                ('pcie_gen', [('max_link_gen', str(gpu['pcie_gen'])), ('current_link_gen', str(gpu['pcie_gen'])),
-                              ('device_current_link_gen', str(gpu['pcie_gen'])), ('max_device_link_gen', str(gpu['pcie_gen'])),
-                              ('max_host_link_gen', str(gpu['pcie_gen']))]),
-                ('link_widths', [('max_link_width', '16x'), ('current_link_width', '16x')]),
+# One table drives the three ``-q`` printers: XML DTD v12 (below the 590 branch), XML DTD v13 (590 and later)
+# and the text report. A row is Field(xml tag, text label, value, children, on):
+#   - ``xml``/``text``: the element tag and the text label (None: the row is not in that format);
+#   - ``value``: a string, or a function (gpu, view) -> string, None (an empty element ``<tag />``), '\n' (an element
+#     with an empty line), 'text\n' (the text on its own line) or a ready list of (tag, value) pairs;
+#   - ``children``: rows of a section (a row has a value or children; neither means N/A);
+#   - ``on``: a function (view) -> bool, where the row is printed (default: everywhere).
+# ``view.fmt`` is 'x12', 'x13' or 'text'; ``view.branch`` the driver branch. A row that sits at different places
+# in two formats (gsp_firmware_version moved in v13) appears once per place, each with its ``on``.
+
+class Field(object):  # pylint: disable=too-few-public-methods
+    """One row of the ``-q`` field table."""
+
+    __slots__ = ('xml', 'text', 'value', 'children', 'on')
+
+    def __init__(self, xml, text, value=N_A, children=None, on=None):
+        self.xml = xml
+        self.text = text
+        self.value = value
+        self.children = children
+        self.on = on
+
+
+class _View(object):  # pylint: disable=too-few-public-methods
+    """The format being printed and the driver branch it imitates."""
+
+    def __init__(self, fmt, branch):
+        self.fmt = fmt
+        self.branch = branch
+
+
+def _on(*formats, **bounds):
+    """Predicate: the view's format is one of ``formats`` (all when none) and ``since <= branch < before``."""
+    since = bounds.get('since', 0)
+    before = bounds.get('before', 10 ** 6)
+    return lambda view: (not formats or view.fmt in formats) and since <= view.branch < before
+
+
+X12, X13, TEXT = 'x12', 'x13', 'text'
+_XML = (X12, X13)
+
+
+def _g(key, position=None):
+    """The GPU's ``key`` (item ``position`` of it) as printed."""
+    if position is None:
+        return lambda gpu, view: str(gpu[key])
+    return lambda gpu, view: str(gpu[key][position])
+
+
+def _hex(key):
+    """PCI numbers: ``18`` in XML, ``0x18`` in the text report."""
+    return lambda gpu, view: ('0x' if view.fmt == TEXT else '') + gpu[key]
+
+
+def _watts(key, offset=0.0):
+    return lambda gpu, view: _w(gpu[key] - offset)
+
+
+def _mib_of(key, less=0):
+    return lambda gpu, view: _mib(gpu[key] - less)
+
+
+def _mhz_of(key, position, step=0):
+    return lambda gpu, view: _mhz(gpu[key][position] - step)
+
+
+def _pcie(gpu, view):
+    return str(gpu['pcie_gen'])
+
+
+_NEW_POWER = _on(since=580)
+_OLD_POWER = _on(before=580)
+_LIMITS = [
+    Field('current_power_limit', 'Current Power Limit', _watts('power_limit')),
+    Field('requested_power_limit', 'Requested Power Limit', _watts('power_limit')),
+    Field('default_power_limit', 'Default Power Limit', _watts('power_limit')),
+    Field('min_power_limit', 'Min Power Limit', _watts('min_power')),
+    Field('max_power_limit', 'Max Power Limit', _watts('power_limit')),
+]
+_LIMITS_N_A = [Field(field.xml, field.text) for field in _LIMITS]
+_ECC_COUNTERS = [
+    Field('sram_correctable', 'SRAM Correctable', '0'),
+    Field('sram_uncorrectable', None, '0'),
+    Field(None, 'SRAM Uncorrectable Parity', '0'),
+    Field(None, 'SRAM Uncorrectable SEC-DED', '0'),
+    Field('dram_correctable', 'DRAM Correctable', '0'),
+    Field('dram_uncorrectable', 'DRAM Uncorrectable', '0'),
+]
+_HEALTH_570 = _on(since=570)
+
+
+def _supported_clocks(gpu, view):
+    return [('supported_mem_clock', [('value', _mhz(gpu['max_clocks'][1]))] + [
+        ('supported_graphics_clock', _mhz(gpu['max_clocks'][0] - step * 15)) for step in range(0, 6)])]
+
+
+GPU_FIELDS = [
+    Field('product_name', 'Product Name', _g('name')),
+    Field('product_brand', 'Product Brand', 'NVIDIA'),
+    Field('product_architecture', 'Product Architecture', _g('architecture')),
+    Field('display_mode', 'Display Mode', 'Enabled', on=_on(X12, TEXT)),
+    Field('display_mode', None, 'Requested functionality has been deprecated', on=_on(X13)),
+    Field('display_attached', None, 'No', on=_on(X13)),
+    Field('display_active', 'Display Active', 'Disabled'),
+    Field('persistence_mode', 'Persistence Mode', _g('persistence')),
+    Field('addressing_mode', 'Addressing Mode', 'None'),
+    Field('mig_mode', 'MIG Mode', children=[Field('current_mig', 'Current', _g('mig')), Field('pending_mig', 'Pending', _g('mig'))]),
+    Field('mig_devices', None, 'None\n'),
+    Field('accounting_mode', 'Accounting Mode', 'Disabled'),
+    Field('accounting_mode_buffer_size', 'Accounting Mode Buffer Size', '4000'),
+    Field('driver_model', 'Driver Model', children=[Field('current_dm', 'Current'), Field('pending_dm', 'Pending')]),
+    Field('serial', 'Serial Number', _g('serial')),
+    Field('uuid', 'GPU UUID', _g('uuid')),
+    Field('pdi', None, lambda gpu, view: '0x%016x' % (int(gpu['serial'], 10) if gpu['serial'].isdigit() else 0), on=_on(X13)),
+    Field('minor_number', 'Minor Number', _g('index')),
+    Field('vbios_version', 'VBIOS Version', _g('vbios')),
+    Field('multigpu_board', 'MultiGPU Board', 'No'),
+    Field('board_id', 'Board ID', _g('board_id')),
+    Field('board_part_number', 'Board Part Number', _g('board_part_number')),
+    Field('gpu_part_number', 'GPU Part Number', _g('gpu_part_number')),
+    Field('gpu_fru_part_number', 'FRU Part Number'),
+    Field('gpu_module_id', None, _g('module_id'), on=_on(X12)),
+    Field(None, 'Module ID', _g('module_id'), on=_on(TEXT, before=560)),
+    Field('platformInfo', 'Platform Info', on=_on(X13, TEXT, since=560), children=[
+        Field('chassis_serial_number', 'RACK Serial Number'),
+        Field('slot_number', 'Chassis Physical Slot Number'),
+        Field('tray_index', 'Compute Slot Index'),
+        Field('host_id', 'Node Index'),
+        Field('peer_type', 'Peer Type'),
+        Field('module_id', 'Module Id', _g('module_id')),
+        Field('gpu_fabric_guid', None),
+    ]),
+    Field('inforom_version', 'Inforom Version', children=[
+        Field('img_version', 'Image Version', _g('inforom', 0)),
+        Field('oem_object', 'OEM Object', _g('inforom', 1)),
+        Field('ecc_object', 'ECC Object', _g('inforom', 2)),
+        Field('pwr_object', 'Power Management Object'),
+    ]),
+    Field('inforom_bbx_flush', 'Inforom BBX Object Flush', on=_on(X13, TEXT), children=[
+        Field('latest_timestamp', 'Latest Timestamp'), Field('latest_duration', 'Latest Duration')]),
+    Field('gpu_operation_mode', 'GPU Operation Mode', children=[Field('current_gom', 'Current'), Field('pending_gom', 'Pending')]),
+    Field('c2c_mode', 'GPU C2C Mode', 'Disabled', on=_on(X13, TEXT)),
+    Field('gsp_firmware_version', None, _g('gsp'), on=_on(X12)),
+    Field('gpu_virtualization_mode', 'GPU Virtualization Mode', children=[
+        Field('virtualization_mode', 'Virtualization Mode', 'None'),
+        Field('host_vgpu_mode', 'Host VGPU Mode'),
+        Field('vgpu_heterogeneous_mode', 'vGPU Heterogeneous Mode', on=_on(X13, TEXT)),
+    ]),
+    Field('gpu_reset_status', 'GPU Reset Status', on=_on(X12, TEXT), children=[
+        Field('reset_required', 'Reset Required', 'No'), Field('drain_and_reset_recommended', 'Drain and Reset Recommended', 'No')]),
+    Field('gpu_recovery_action', None, 'None', on=_on(X13)),
+    Field('gsp_firmware_version', 'GSP Firmware Version', _g('gsp'), on=_on(X13, TEXT)),
+    Field('ibmnpu', 'IBMNPU', children=[Field('relaxed_ordering_mode', 'Relaxed Ordering Mode')]),
+    Field('pci', 'PCI', children=[
+        Field('pci_bus', 'Bus', _hex('bus')),
+        Field('pci_device', 'Device', _hex('device')),
+        Field('pci_domain', 'Domain', _hex('domain')),
+        Field('pci_base_class', 'Base Classcode', lambda gpu, view: ('0x' if view.fmt == TEXT else '') + '3', on=_on(X13, TEXT)),
+        Field('pci_sub_class', 'Sub Classcode', lambda gpu, view: ('0x' if view.fmt == TEXT else '') + '2', on=_on(X13, TEXT)),
+        Field('pci_device_id', 'Device Id', _hex('device_id')),
+        Field('pci_bus_id', 'Bus Id', _g('bus_id')),
+        Field('pci_sub_system_id', 'Sub System Id', _hex('subsystem')),
+        Field('pci_gpu_link_info', 'GPU Link Info', children=[
+            Field('pcie_gen', 'PCIe Generation', children=[
+                Field('max_link_gen', 'Max', _pcie), Field('current_link_gen', 'Current', _pcie),
+                Field('device_current_link_gen', 'Device Current', _pcie), Field('max_device_link_gen', 'Device Max', _pcie),
+                Field('max_host_link_gen', 'Host Max', _pcie),
             ]),
-            ('pci_bridge_chip', [('bridge_chip_type', N_A), ('bridge_chip_fw', N_A)]),
-            ('replay_counter', '0'), ('replay_rollover_counter', '0'), ('tx_util', '0 KB/s'), ('rx_util', '0 KB/s'),
-            ('atomic_caps_inbound', N_A), ('atomic_caps_outbound', N_A),
+            Field('link_widths', 'Link Width', children=[Field('max_link_width', 'Max', '16x'), Field('current_link_width', 'Current', '16x')]),
         ]),
-        ('fan_speed', N_A),
-        ('performance_state', gpu['pstate']),
-        ('clocks_event_reasons', [
-            ('clocks_event_reason_gpu_idle', 'Active'), ('clocks_event_reason_applications_clocks_setting', 'Not Active'),
-            ('clocks_event_reason_sw_power_cap', 'Not Active'), ('clocks_event_reason_hw_slowdown', 'Not Active'),
-            ('clocks_event_reason_hw_thermal_slowdown', 'Not Active'), ('clocks_event_reason_hw_power_brake_slowdown', 'Not Active'),
-            ('clocks_event_reason_sync_boost', 'Not Active'), ('clocks_event_reason_sw_thermal_slowdown', 'Not Active'),
-            ('clocks_event_reason_display_clocks_setting', 'Not Active'),
+        Field('pci_bridge_chip', 'Bridge Chip', children=[Field('bridge_chip_type', 'Type'), Field('bridge_chip_fw', 'Firmware')]),
+        Field('replay_counter', 'Replays Since Reset', '0'),
+        Field('replay_rollover_counter', 'Replay Number Rollovers', '0'),
+        Field('tx_util', 'Tx Throughput', '0 KB/s'),
+        Field('rx_util', 'Rx Throughput', '0 KB/s'),
+        Field('atomic_caps_inbound', 'Atomic Caps Inbound'),
+        Field('atomic_caps_outbound', 'Atomic Caps Outbound'),
+    ]),
+    Field('fan_speed', 'Fan Speed'),
+    Field('performance_state', 'Performance State', _g('pstate')),
+    Field('clocks_event_reasons', 'Clocks Event Reasons', children=[
+        Field('clocks_event_reason_gpu_idle', 'Idle', 'Active'),
+        Field('clocks_event_reason_applications_clocks_setting', 'Applications Clocks Setting', 'Not Active'),
+        Field('clocks_event_reason_sw_power_cap', 'SW Power Cap', 'Not Active'),
+        Field('clocks_event_reason_hw_slowdown', 'HW Slowdown', 'Not Active'),
+        Field('clocks_event_reason_hw_thermal_slowdown', '    HW Thermal Slowdown', 'Not Active'),
+        Field('clocks_event_reason_hw_power_brake_slowdown', '    HW Power Brake Slowdown', 'Not Active'),
+        Field('clocks_event_reason_sync_boost', 'Sync Boost', 'Not Active'),
+        Field('clocks_event_reason_sw_thermal_slowdown', 'SW Thermal Slowdown', 'Not Active'),
+        Field('clocks_event_reason_display_clocks_setting', 'Display Clock Setting', 'Not Active'),
+    ]),
+    Field('clocks_event_reasons_counters', None, on=_on(X13), children=[
+        Field('clocks_event_reasons_counters_sw_power_cap', None, '0 us'),
+        Field('clocks_event_reasons_counters_sync_boost', None, '0 us'),
+        Field('clocks_event_reasons_counters_sw_therm_slowdown', None, '0 us'),
+        Field('clocks_event_reasons_counters_hw_therm_slowdown', None, '0 us'),
+        Field('clocks_event_reasons_counters_hw_power_brake', None, '0 us'),
+    ]),
+    Field('sparse_operation_mode', 'Sparse Operation Mode', 'Disabled', on=_on(X13, TEXT)),
+    Field('fb_memory_usage', 'FB Memory Usage', children=[
+        Field('total', 'Total', _mib_of('memory_total')), Field('reserved', 'Reserved', _mib_of('memory_reserved')),
+        Field('used', 'Used', _mib_of('memory_used')), Field('free', 'Free', _mib_of('memory_free')),
+    ]),
+    Field('bar1_memory_usage', 'BAR1 Memory Usage', children=[
+        Field('total', 'Total', _mib_of('bar1')), Field('used', 'Used', '1 MiB'), Field('free', 'Free', _mib_of('bar1', 1))]),
+    Field('cc_protected_memory_usage', 'Conf Compute Protected Memory Usage', children=[
+        Field('total', 'Total', '0 MiB'), Field('used', 'Used', '0 MiB'), Field('free', 'Free', '0 MiB')]),
+    Field('compute_mode', 'Compute Mode', 'Default'),
+    Field('utilization', 'Utilization', children=[
+        Field('gpu_util', None, '0 %', on=_on(*_XML)),
+        Field(None, 'Gpu', '0 %', on=_on(TEXT, before=580)),
+        Field(None, 'GPU', '0 %', on=_on(TEXT, since=580)),
+        Field('memory_util', 'Memory', '0 %'), Field('encoder_util', 'Encoder', '0 %'), Field('decoder_util', 'Decoder', '0 %'),
+        Field('jpeg_util', 'JPEG', '0 %'), Field('ofa_util', 'OFA', '0 %'),
+    ]),
+    Field('encoder_stats', 'Encoder Stats', children=[
+        Field('session_count', 'Active Sessions', '0'), Field('average_fps', 'Average FPS', '0'), Field('average_latency', 'Average Latency', '0')]),
+    Field('fbc_stats', 'FBC Stats', children=[
+        Field('session_count', 'Active Sessions', '0'), Field('average_fps', 'Average FPS', '0'), Field('average_latency', 'Average Latency', '0')]),
+    Field('dram_encryption_mode', None, on=_on(X13), children=[Field('current_dram_encryption', None), Field('pending_dram_encryption', None)]),
+    Field('ecc_mode', 'ECC Mode', children=[Field('current_ecc', 'Current', 'Enabled'), Field('pending_ecc', 'Pending', 'Enabled')]),
+    Field('ecc_errors', 'ECC Errors', children=[
+        Field('volatile', 'Volatile', children=_ECC_COUNTERS),
+        Field('aggregate', 'Aggregate', children=_ECC_COUNTERS + [Field(None, 'SRAM Threshold Exceeded', 'No')]),
+        Field(None, 'Aggregate Uncorrectable SRAM Sources', children=[
+            Field(None, 'SRAM L2', '0'), Field(None, 'SRAM SM', '0'), Field(None, 'SRAM Microcontroller', '0'),
+            Field(None, 'SRAM PCIE', '0'), Field(None, 'SRAM Other', '0')]),
+    ]),
+    Field('retired_pages', None, children=[
+        Field('multiple_single_bit_retirement', None, children=[Field('retired_count', None), Field('retired_pagelist', None)]),
+        Field('double_bit_retirement', None, children=[Field('retired_count', None), Field('retired_pagelist', None)]),
+        Field('pending_blacklist', None),
+        Field('pending_retirement', None),
+    ]),
+    Field(None, 'Retired Pages', children=[
+        Field(None, 'Single Bit ECC'), Field(None, 'Double Bit ECC'), Field(None, 'Pending Page Blacklist')]),
+    Field('remapped_rows', 'Remapped Rows', children=[
+        Field('remapped_row_corr', 'Correctable Error', '0'),
+        Field('remapped_row_unc', 'Uncorrectable Error', '0'),
+        Field('remapped_row_pending', 'Pending', 'No'),
+        Field('remapped_row_failure', 'Remapping Failure Occurred', 'No'),
+        Field('row_remapper_histogram', 'Bank Remap Availability Histogram', children=[
+            Field('row_remapper_histogram_max', 'Max', lambda gpu, view: '%d bank(s)' % gpu['rows_max']),
+            Field('row_remapper_histogram_high', 'High', '0 bank(s)'),
+            Field('row_remapper_histogram_partial', 'Partial', '0 bank(s)'),
+            Field('row_remapper_histogram_low', 'Low', '0 bank(s)'),
+            Field('row_remapper_histogram_none', 'None', '0 bank(s)'),
         ]),
-        ('fb_memory_usage', [('total', _mib(gpu['memory_total'])), ('reserved', _mib(gpu['memory_reserved'])),
-                             ('used', _mib(gpu['memory_used'])), ('free', _mib(gpu['memory_free']))]),
-        ('bar1_memory_usage', [('total', _mib(gpu['bar1'])), ('used', '1 MiB'), ('free', _mib(gpu['bar1'] - 1))]),
-        ('cc_protected_memory_usage', [('total', '0 MiB'), ('used', '0 MiB'), ('free', '0 MiB')]),
-        ('compute_mode', 'Default'),
-        ('utilization', [('gpu_util', '0 %'), ('memory_util', '0 %'), ('encoder_util', '0 %'), ('decoder_util', '0 %'),
-                         ('jpeg_util', '0 %'), ('ofa_util', '0 %')]),
-        ('encoder_stats', [('session_count', '0'), ('average_fps', '0'), ('average_latency', '0')]),
-        ('fbc_stats', [('session_count', '0'), ('average_fps', '0'), ('average_latency', '0')]),
-        ('ecc_mode', [('current_ecc', 'Enabled'), ('pending_ecc', 'Enabled')]),
-        ('ecc_errors', _xml_ecc()),
-        ('retired_pages', _xml_retired()),
-        ('remapped_rows', _xml_rows(gpu)),
-        ('temperature', _xml_temperature(gpu)),
-        ('supported_gpu_target_temp', [('gpu_target_temp_min', N_A), ('gpu_target_temp_max', N_A)]),
-        ('gpu_power_readings', power + limits),
-        ('module_power_readings', module_power + [(tag, N_A) for tag, _value in limits]),
-        ('clocks', [('graphics_clock', _mhz(clocks[0])), ('sm_clock', _mhz(clocks[0])), ('mem_clock', _mhz(clocks[1])),
-                    ('video_clock', _mhz(clocks[2]))]),
-        ('applications_clocks', [('graphics_clock', _mhz(max_clocks[0])), ('mem_clock', _mhz(max_clocks[1]))]),
-        ('default_applications_clocks', [('graphics_clock', _mhz(max_clocks[0])), ('mem_clock', _mhz(max_clocks[1]))]),
-        ('deferred_clocks', [('mem_clock', N_A)]),
-        ('max_clocks', [('graphics_clock', _mhz(max_clocks[0])), ('sm_clock', _mhz(max_clocks[0])),
-                        ('mem_clock', _mhz(max_clocks[1])), ('video_clock', _mhz(max_clocks[2]))]),
-        ('max_customer_boost_clocks', [('graphics_clock', _mhz(max_clocks[0]))]),
-        ('clock_policy', [('auto_boost', N_A), ('auto_boost_default', N_A)]),
-        ('voltage', [('graphics_volt', gpu['voltage'])]),
-        ('fabric', fabric),
-        ('supported_clocks', [('supported_mem_clock', [('value', _mhz(max_clocks[1]))] + [
-            ('supported_graphics_clock', _mhz(max_clocks[0] - step * 15)) for step in range(0, 6)])]),
-        ('processes', None),
-        ('accounted_processes', None),
-    ]
+    ]),
+    Field('temperature', 'Temperature', children=[
+        Field('gpu_temp', 'GPU Current Temp', lambda gpu, view: '%d C' % gpu['temp']),
+        Field('gpu_temp_tlimit', 'GPU T.Limit Temp'),
+        Field('gpu_temp_max_threshold', 'GPU Shutdown Temp', _g('temps', 0)),
+        Field('gpu_temp_slow_threshold', 'GPU Slowdown Temp', _g('temps', 1)),
+        Field('gpu_temp_max_gpu_threshold', 'GPU Max Operating Temp', _g('temps', 2)),
+        Field('gpu_target_temperature', 'GPU Target Temperature'),
+        Field('memory_temp', 'Memory Current Temp', lambda gpu, view: N_A if gpu['memory_temp'] is None else '%d C' % gpu['memory_temp']),
+        Field('gpu_temp_max_mem_threshold', 'Memory Max Operating Temp', _g('temps', 3)),
+    ]),
+    Field('supported_gpu_target_temp', None, children=[Field('gpu_target_temp_min', None), Field('gpu_target_temp_max', None)]),
+    Field('gpu_power_readings', 'GPU Power Readings', children=[
+        Field('power_state', None, 'P0'),
+        Field('power_draw', 'Power Draw', _watts('power_draw'), on=_OLD_POWER),
+        Field('average_power_draw', 'Average Power Draw', _watts('power_draw'), on=_NEW_POWER),
+        Field('instant_power_draw', 'Instantaneous Power Draw', _watts('power_draw', 0.4), on=_NEW_POWER),
+    ] + _LIMITS),
+    Field(None, 'GPU Memory Power Readings ', on=_on(TEXT, since=550), children=[
+        Field(None, 'Power Draw', on=_OLD_POWER),
+        Field(None, 'Average Power Draw', on=_NEW_POWER),
+        Field(None, 'Instantaneous Power Draw', on=_NEW_POWER),
+    ]),
+    Field('gpu_memory_power_readings', None, on=_on(X13), children=[Field('average_power_draw', None), Field('instant_power_draw', None)]),
+    Field('module_power_readings', 'Module Power Readings', children=[
+        Field('power_state', None, 'P0'),
+        Field('power_draw', 'Power Draw', on=_OLD_POWER),
+        Field('average_power_draw', 'Average Power Draw', on=_NEW_POWER),
+        Field('instant_power_draw', 'Instantaneous Power Draw', on=_NEW_POWER),
+    ] + _LIMITS_N_A),
+    Field('power_smoothing', None, on=_on(X13)),
+    Field('power_profiles', None, on=_on(X13), children=[
+        Field('power_profile_requested_profiles', None), Field('power_profile_enforced_profiles', None)]),
+    Field('edpp_multiplier', None, on=_on(X13)),
+    Field('clocks', 'Clocks', children=[
+        Field('graphics_clock', 'Graphics', _mhz_of('clocks', 0)), Field('sm_clock', 'SM', _mhz_of('clocks', 0)),
+        Field('mem_clock', 'Memory', _mhz_of('clocks', 1)), Field('video_clock', 'Video', _mhz_of('clocks', 2)),
+    ]),
+    Field('applications_clocks', 'Applications Clocks', children=[
+        Field('graphics_clock', 'Graphics', _mhz_of('max_clocks', 0)), Field('mem_clock', 'Memory', _mhz_of('max_clocks', 1))]),
+    Field('default_applications_clocks', 'Default Applications Clocks', children=[
+        Field('graphics_clock', 'Graphics', _mhz_of('max_clocks', 0)), Field('mem_clock', 'Memory', _mhz_of('max_clocks', 1))]),
+    Field('deferred_clocks', 'Deferred Clocks', children=[Field('mem_clock', 'Memory')]),
+    Field('max_clocks', 'Max Clocks', children=[
+        Field('graphics_clock', 'Graphics', _mhz_of('max_clocks', 0)), Field('sm_clock', 'SM', _mhz_of('max_clocks', 0)),
+        Field('mem_clock', 'Memory', _mhz_of('max_clocks', 1)), Field('video_clock', 'Video', _mhz_of('max_clocks', 2)),
+    ]),
+    Field('max_customer_boost_clocks', 'Max Customer Boost Clocks', children=[Field('graphics_clock', 'Graphics', _mhz_of('max_clocks', 0))]),
+    Field('clock_policy', 'Clock Policy', children=[Field('auto_boost', 'Auto Boost'), Field('auto_boost_default', 'Auto Boost Default')]),
+    Field('voltage', 'Voltage', on=_on(X12, TEXT), children=[Field('graphics_volt', 'Graphics', _g('voltage'))]),
+    Field('fabric', 'Fabric', children=[
+        Field('state', 'State', _g('fabric_state')),
+        Field('status', 'Status', _g('fabric_status')),
+        Field('cliqueId', 'CliqueId', _g('clique'), on=_on(since=550)),
+        Field('clusterUuid', 'ClusterUUID', _g('cluster'), on=_on(since=550)),
+        Field('health', 'Health', on=_on(since=550), children=[
+            Field('summary', 'Summary', on=_HEALTH_570),
+            Field('bandwidth', 'Bandwidth'),
+            Field('route_recovery_in_progress', 'Route Recovery in progress', on=_HEALTH_570),
+            Field('route_unhealthy', 'Route Unhealthy', on=_HEALTH_570),
+            Field('access_timeout_recovery', 'Access Timeout Recovery', on=_HEALTH_570),
+            Field('incorrect_configuration', 'Incorrect Configuration', on=lambda view: view.fmt == X13 or (view.fmt == TEXT and view.branch >= 580)),
+            Field(None, 'Partition Assigned', on=_on(TEXT, since=580)),
+        ]),
+    ]),
+    Field('supported_clocks', None, _supported_clocks),
+    Field('processes', 'Processes', lambda gpu, view: {X12: None, X13: '\n', TEXT: 'None'}[view.fmt]),
+    Field('accounted_processes', None, lambda gpu, view: None if view.fmt == X12 else '\n'),
+    Field('capabilities', None, on=_on(X13), children=[Field('egm', None, 'disabled')]),
+]
 
 
-def _xml_ecc():
-    counters = [('sram_correctable', '0'), ('sram_uncorrectable', '0'), ('dram_correctable', '0'), ('dram_uncorrectable', '0')]
-    return [('volatile', list(counters)), ('aggregate', list(counters))]
+def gpu_rows(gpu, fmt, branch, fields=None):
+    """The (name, value) tree of one GPU in ``fmt`` ('x12', 'x13' or 'text') from :data:`GPU_FIELDS`."""
+    view = _View(fmt, branch)
+    rows = []
+    for field in GPU_FIELDS if fields is None else fields:
+        name = field.text if fmt == TEXT else field.xml
+        if name is None or (field.on is not None and not field.on(view)):
+            continue
+        if field.children is not None:
+            rows.append((name, gpu_rows(gpu, fmt, branch, field.children)))
+        else:
+            rows.append((name, field.value(gpu, view) if callable(field.value) else field.value))
+    return rows
 
 
-def _xml_retired():
-    return [
-        ('multiple_single_bit_retirement', [('retired_count', N_A), ('retired_pagelist', N_A)]),
-        ('double_bit_retirement', [('retired_count', N_A), ('retired_pagelist', N_A)]),
-        ('pending_blacklist', N_A),
-        ('pending_retirement', N_A),
-    ]
-
-
-def _xml_rows(gpu):
-    return [
-        ('remapped_row_corr', '0'), ('remapped_row_unc', '0'), ('remapped_row_pending', 'No'), ('remapped_row_failure', 'No'),
-        ('row_remapper_histogram', [('row_remapper_histogram_max', '%d bank(s)' % gpu['rows_max']),
-                                    ('row_remapper_histogram_high', '0 bank(s)'), ('row_remapper_histogram_partial', '0 bank(s)'),
-                                    ('row_remapper_histogram_low', '0 bank(s)'), ('row_remapper_histogram_none', '0 bank(s)')]),
-    ]
-
-
-def _xml_temperature(gpu):
-    return [
-        ('gpu_temp', '%d C' % gpu['temp']),
-        ('gpu_temp_tlimit', N_A),
-        ('gpu_temp_max_threshold', gpu['temps'][0]),
-        ('gpu_temp_slow_threshold', gpu['temps'][1]),
-        ('gpu_temp_max_gpu_threshold', gpu['temps'][2]),
-        ('gpu_target_temperature', N_A),
-        ('memory_temp', N_A if gpu['memory_temp'] is None else '%d C' % gpu['memory_temp']),
-        ('gpu_temp_max_mem_threshold', gpu['temps'][3]),
-    ]
-
-
-def _xml_gpu_v13(gpu):
-    """DTD v13 (590 and later): the v12 elements plus the additions of the real 590 document."""
-    elements = dict(_xml_gpu_v12(gpu, 580))
-    clocks = gpu['clocks']
-    fabric = [('state', gpu['fabric_state']), ('status', gpu['fabric_status']), ('cliqueId', gpu['clique']),
-              ('clusterUuid', gpu['cluster']),
-              ('health', [('summary', N_A), ('bandwidth', N_A), ('route_recovery_in_progress', N_A), ('route_unhealthy', N_A),
-                          ('access_timeout_recovery', N_A), ('incorrect_configuration', N_A)])]
-    return [
-        ('product_name', gpu['name']),
-        ('product_brand', 'NVIDIA'),
-        ('product_architecture', gpu['architecture']),
-        ('display_mode', 'Requested functionality has been deprecated'),
-        ('display_attached', 'No'),
-        ('display_active', 'Disabled'),
-        ('persistence_mode', gpu['persistence']),
-        ('addressing_mode', 'None'),
-        ('mig_mode', elements['mig_mode']),
-        ('mig_devices', 'None\n'),
-        ('accounting_mode', 'Disabled'),
-        ('accounting_mode_buffer_size', '4000'),
-        ('driver_model', elements['driver_model']),
-        ('serial', gpu['serial']),
-        ('uuid', gpu['uuid']),
-        ('pdi', '0x%016x' % (int(gpu['serial'], 10) if gpu['serial'].isdigit() else 0)),
-        ('minor_number', str(gpu['index'])),
-        ('vbios_version', gpu['vbios']),
-        ('multigpu_board', 'No'),
-        ('board_id', gpu['board_id']),
-        ('board_part_number', gpu['board_part_number']),
-        ('gpu_part_number', gpu['gpu_part_number']),
-        ('gpu_fru_part_number', N_A),
-        ('platformInfo', [('chassis_serial_number', N_A), ('slot_number', N_A), ('tray_index', N_A), ('host_id', N_A),
-                          ('peer_type', N_A), ('module_id', str(gpu['module_id'])), ('gpu_fabric_guid', N_A)]),
-        ('inforom_version', elements['inforom_version']),
-        ('inforom_bbx_flush', [('latest_timestamp', N_A), ('latest_duration', N_A)]),
-        ('gpu_operation_mode', elements['gpu_operation_mode']),
-        ('c2c_mode', 'Disabled'),
-        ('gpu_virtualization_mode', [('virtualization_mode', 'None'), ('host_vgpu_mode', N_A), ('vgpu_heterogeneous_mode', N_A)]),
-        ('gpu_recovery_action', 'None'),
-        ('gsp_firmware_version', gpu['gsp']),
-        ('ibmnpu', elements['ibmnpu']),
-        ('pci', [('pci_bus', gpu['bus']), ('pci_device', gpu['device']), ('pci_domain', gpu['domain']), ('pci_base_class', '3'),
-                 ('pci_sub_class', '2'), ('pci_device_id', gpu['device_id']), ('pci_bus_id', gpu['bus_id']),
-                 ('pci_sub_system_id', gpu['subsystem'])] + [item for item in elements['pci'] if item[0] not in (
-                     'pci_bus', 'pci_device', 'pci_domain', 'pci_device_id', 'pci_bus_id', 'pci_sub_system_id')]),
-        ('fan_speed', N_A),
-        ('performance_state', gpu['pstate']),
-        ('clocks_event_reasons', elements['clocks_event_reasons']),
-        ('clocks_event_reasons_counters', [
-            ('clocks_event_reasons_counters_sw_power_cap', '0 us'), ('clocks_event_reasons_counters_sync_boost', '0 us'),
-            ('clocks_event_reasons_counters_sw_therm_slowdown', '0 us'), ('clocks_event_reasons_counters_hw_therm_slowdown', '0 us'),
-            ('clocks_event_reasons_counters_hw_power_brake', '0 us')]),
-        ('sparse_operation_mode', 'Disabled'),
-        ('fb_memory_usage', elements['fb_memory_usage']),
-        ('bar1_memory_usage', elements['bar1_memory_usage']),
-        ('cc_protected_memory_usage', elements['cc_protected_memory_usage']),
-        ('compute_mode', 'Default'),
-        ('utilization', elements['utilization']),
-        ('encoder_stats', elements['encoder_stats']),
-        ('fbc_stats', elements['fbc_stats']),
-        ('dram_encryption_mode', [('current_dram_encryption', N_A), ('pending_dram_encryption', N_A)]),
-        ('ecc_mode', elements['ecc_mode']),
-        ('ecc_errors', elements['ecc_errors']),
-        ('retired_pages', elements['retired_pages']),
-        ('remapped_rows', elements['remapped_rows']),
-        ('temperature', elements['temperature']),
-        ('supported_gpu_target_temp', elements['supported_gpu_target_temp']),
-        ('gpu_power_readings', elements['gpu_power_readings']),
-        ('gpu_memory_power_readings', [('average_power_draw', N_A), ('instant_power_draw', N_A)]),
-        ('module_power_readings', elements['module_power_readings']),
-        ('power_smoothing', N_A),
-        ('power_profiles', [('power_profile_requested_profiles', N_A), ('power_profile_enforced_profiles', N_A)]),
-        ('edpp_multiplier', N_A),
-        ('clocks', [('graphics_clock', _mhz(clocks[0])), ('sm_clock', _mhz(clocks[0])), ('mem_clock', _mhz(clocks[1])),
-                    ('video_clock', _mhz(clocks[2]))]),
-        ('applications_clocks', elements['applications_clocks']),
-        ('default_applications_clocks', elements['default_applications_clocks']),
-        ('deferred_clocks', elements['deferred_clocks']),
-        ('max_clocks', elements['max_clocks']),
-        ('max_customer_boost_clocks', elements['max_customer_boost_clocks']),
-        ('clock_policy', elements['clock_policy']),
-        ('fabric', fabric),
-        ('supported_clocks', elements['supported_clocks']),
-        ('processes', '\n'),
-        ('accounted_processes', '\n'),
-        ('capabilities', [('egm', 'disabled')]),
-    ]
-
+# --------------------------------------------------------------------------- XML
 
 def _render_xml(lines, elements, level, unit):
     indent = unit * level
@@ -501,7 +606,7 @@ def render_xml(gpus, attached, driver, timestamp):
                         ('attached_gpus', str(attached))], 1, unit)
     for gpu in gpus:
         lines.append('%s<gpu id="%s">' % (unit, gpu['bus_id']))
-        _render_xml(lines, _xml_gpu_v13(gpu) if v13 else _xml_gpu_v12(gpu, branch), 2, unit)
+        _render_xml(lines, gpu_rows(gpu, X13 if v13 else X12, branch), 2, unit)
         lines.append('%s</gpu>' % unit)
         if v13:
             lines.append('')
@@ -510,136 +615,6 @@ def render_xml(gpus, attached, driver, timestamp):
 
 
 # --------------------------------------------------------------------------- -q text
-
-def _text_gpu(gpu, branch):
-    clocks = gpu['clocks']
-    max_clocks = gpu['max_clocks']
-    pcie = str(gpu['pcie_gen'])
-    power_limits = [('Current Power Limit', _w(gpu['power_limit'])), ('Requested Power Limit', _w(gpu['power_limit'])),
-                    ('Default Power Limit', _w(gpu['power_limit'])), ('Min Power Limit', _w(gpu['min_power'])),
-                    ('Max Power Limit', _w(gpu['power_limit']))]
-    if branch >= 580:
-        draw = [('Average Power Draw', _w(gpu['power_draw'])), ('Instantaneous Power Draw', _w(gpu['power_draw'] - 0.4))]
-        memory_draw = [('Average Power Draw', N_A), ('Instantaneous Power Draw', N_A)]
-        module_draw = [('Average Power Draw', N_A), ('Instantaneous Power Draw', N_A)]
-    else:
-        draw = [('Power Draw', _w(gpu['power_draw']))]
-        memory_draw = [('Power Draw', N_A)]
-        module_draw = [('Power Draw', N_A)]
-    fabric = [('State', gpu['fabric_state']), ('Status', gpu['fabric_status'])]
-    if branch >= 550:
-        health = [('Bandwidth', N_A)]
-        if branch >= 580:
-            health = [('Summary', N_A), ('Bandwidth', N_A), ('Route Recovery in progress', N_A), ('Route Unhealthy', N_A),
-                      ('Access Timeout Recovery', N_A), ('Incorrect Configuration', N_A), ('Partition Assigned', N_A)]
-        elif branch >= 570:
-            health = [('Summary', N_A), ('Bandwidth', N_A), ('Route Recovery in progress', N_A), ('Route Unhealthy', N_A),
-                      ('Access Timeout Recovery', N_A)]
-        fabric += [('CliqueId', gpu['clique']), ('ClusterUUID', gpu['cluster']), ('Health', health)]
-    if branch >= 560:
-        module = [('Platform Info', [('RACK Serial Number', N_A), ('Chassis Physical Slot Number', N_A),
-                                     ('Compute Slot Index', N_A), ('Node Index', N_A), ('Peer Type', N_A),
-                                     ('Module Id', str(gpu['module_id']))])]
-    else:
-        module = [('Module ID', str(gpu['module_id']))]
-    ecc = [('SRAM Correctable', '0'), ('SRAM Uncorrectable Parity', '0'), ('SRAM Uncorrectable SEC-DED', '0'),
-           ('DRAM Correctable', '0'), ('DRAM Uncorrectable', '0')]
-    body = [
-        ('Product Name', gpu['name']),
-        ('Product Brand', 'NVIDIA'),
-        ('Product Architecture', gpu['architecture']),
-        ('Display Mode', 'Enabled'),
-        ('Display Active', 'Disabled'),
-        ('Persistence Mode', gpu['persistence']),
-        ('Addressing Mode', 'None'),
-        ('MIG Mode', [('Current', gpu['mig']), ('Pending', gpu['mig'])]),
-        ('Accounting Mode', 'Disabled'),
-        ('Accounting Mode Buffer Size', '4000'),
-        ('Driver Model', [('Current', N_A), ('Pending', N_A)]),
-        ('Serial Number', gpu['serial']),
-        ('GPU UUID', gpu['uuid']),
-        ('Minor Number', str(gpu['index'])),
-        ('VBIOS Version', gpu['vbios']),
-        ('MultiGPU Board', 'No'),
-        ('Board ID', gpu['board_id']),
-        ('Board Part Number', gpu['board_part_number']),
-        ('GPU Part Number', gpu['gpu_part_number']),
-        ('FRU Part Number', N_A),
-    ] + module + [
-        ('Inforom Version', [('Image Version', gpu['inforom'][0]), ('OEM Object', gpu['inforom'][1]),
-                             ('ECC Object', gpu['inforom'][2]), ('Power Management Object', N_A)]),
-        ('Inforom BBX Object Flush', [('Latest Timestamp', N_A), ('Latest Duration', N_A)]),
-        ('GPU Operation Mode', [('Current', N_A), ('Pending', N_A)]),
-        ('GPU C2C Mode', 'Disabled'),
-        ('GPU Virtualization Mode', [('Virtualization Mode', 'None'), ('Host VGPU Mode', N_A), ('vGPU Heterogeneous Mode', N_A)]),
-        ('GPU Reset Status', [('Reset Required', 'No'), ('Drain and Reset Recommended', 'No')]),
-        ('GSP Firmware Version', gpu['gsp']),
-        ('IBMNPU', [('Relaxed Ordering Mode', N_A)]),
-        ('PCI', [
-            ('Bus', '0x' + gpu['bus']), ('Device', '0x' + gpu['device']), ('Domain', '0x' + gpu['domain']),
-            ('Base Classcode', '0x3'), ('Sub Classcode', '0x2'), ('Device Id', '0x' + gpu['device_id']),
-            ('Bus Id', gpu['bus_id']), ('Sub System Id', '0x' + gpu['subsystem']),
-            ('GPU Link Info', [
-                ('PCIe Generation', [('Max', pcie), ('Current', pcie), ('Device Current', pcie), ('Device Max', pcie),
-                                     ('Host Max', pcie)]),
-                ('Link Width', [('Max', '16x'), ('Current', '16x')]),
-            ]),
-            ('Bridge Chip', [('Type', N_A), ('Firmware', N_A)]),
-            ('Replays Since Reset', '0'), ('Replay Number Rollovers', '0'), ('Tx Throughput', '0 KB/s'),
-            ('Rx Throughput', '0 KB/s'), ('Atomic Caps Inbound', N_A), ('Atomic Caps Outbound', N_A),
-        ]),
-        ('Fan Speed', N_A),
-        ('Performance State', gpu['pstate']),
-        ('Clocks Event Reasons', [
-            ('Idle', 'Active'), ('Applications Clocks Setting', 'Not Active'), ('SW Power Cap', 'Not Active'),
-            ('HW Slowdown', 'Not Active'), ('    HW Thermal Slowdown', 'Not Active'), ('    HW Power Brake Slowdown', 'Not Active'),
-            ('Sync Boost', 'Not Active'), ('SW Thermal Slowdown', 'Not Active'), ('Display Clock Setting', 'Not Active'),
-        ]),
-        ('Sparse Operation Mode', 'Disabled'),
-        ('FB Memory Usage', [('Total', _mib(gpu['memory_total'])), ('Reserved', _mib(gpu['memory_reserved'])),
-                             ('Used', _mib(gpu['memory_used'])), ('Free', _mib(gpu['memory_free']))]),
-        ('BAR1 Memory Usage', [('Total', _mib(gpu['bar1'])), ('Used', '1 MiB'), ('Free', _mib(gpu['bar1'] - 1))]),
-        ('Conf Compute Protected Memory Usage', [('Total', '0 MiB'), ('Used', '0 MiB'), ('Free', '0 MiB')]),
-        ('Compute Mode', 'Default'),
-        ('Utilization', [('GPU' if branch >= 580 else 'Gpu', '0 %'), ('Memory', '0 %'), ('Encoder', '0 %'),
-                         ('Decoder', '0 %'), ('JPEG', '0 %'), ('OFA', '0 %')]),
-        ('Encoder Stats', [('Active Sessions', '0'), ('Average FPS', '0'), ('Average Latency', '0')]),
-        ('FBC Stats', [('Active Sessions', '0'), ('Average FPS', '0'), ('Average Latency', '0')]),
-        ('ECC Mode', [('Current', 'Enabled'), ('Pending', 'Enabled')]),
-        ('ECC Errors', [('Volatile', list(ecc)), ('Aggregate', ecc + [('SRAM Threshold Exceeded', 'No')]),
-                        ('Aggregate Uncorrectable SRAM Sources', [('SRAM L2', '0'), ('SRAM SM', '0'), ('SRAM Microcontroller', '0'),
-                                                                  ('SRAM PCIE', '0'), ('SRAM Other', '0')])]),
-        ('Retired Pages', [('Single Bit ECC', N_A), ('Double Bit ECC', N_A), ('Pending Page Blacklist', N_A)]),
-        ('Remapped Rows', [('Correctable Error', '0'), ('Uncorrectable Error', '0'), ('Pending', 'No'),
-                           ('Remapping Failure Occurred', 'No'),
-                           ('Bank Remap Availability Histogram', [('Max', '%d bank(s)' % gpu['rows_max']), ('High', '0 bank(s)'),
-                                                                  ('Partial', '0 bank(s)'), ('Low', '0 bank(s)'),
-                                                                  ('None', '0 bank(s)')])]),
-        ('Temperature', [('GPU Current Temp', '%d C' % gpu['temp']), ('GPU T.Limit Temp', N_A),
-                         ('GPU Shutdown Temp', gpu['temps'][0]), ('GPU Slowdown Temp', gpu['temps'][1]),
-                         ('GPU Max Operating Temp', gpu['temps'][2]), ('GPU Target Temperature', N_A),
-                         ('Memory Current Temp', N_A if gpu['memory_temp'] is None else '%d C' % gpu['memory_temp']),
-                         ('Memory Max Operating Temp', gpu['temps'][3])]),
-        ('GPU Power Readings', draw + power_limits),
-    ]
-    if branch >= 550:
-        body.append(('GPU Memory Power Readings ', memory_draw))
-    body += [
-        ('Module Power Readings', module_draw + [(label, N_A) for label, _value in power_limits]),
-        ('Clocks', [('Graphics', _mhz(clocks[0])), ('SM', _mhz(clocks[0])), ('Memory', _mhz(clocks[1])), ('Video', _mhz(clocks[2]))]),
-        ('Applications Clocks', [('Graphics', _mhz(max_clocks[0])), ('Memory', _mhz(max_clocks[1]))]),
-        ('Default Applications Clocks', [('Graphics', _mhz(max_clocks[0])), ('Memory', _mhz(max_clocks[1]))]),
-        ('Deferred Clocks', [('Memory', N_A)]),
-        ('Max Clocks', [('Graphics', _mhz(max_clocks[0])), ('SM', _mhz(max_clocks[0])), ('Memory', _mhz(max_clocks[1])),
-                        ('Video', _mhz(max_clocks[2]))]),
-        ('Max Customer Boost Clocks', [('Graphics', _mhz(max_clocks[0]))]),
-        ('Clock Policy', [('Auto Boost', N_A), ('Auto Boost Default', N_A)]),
-        ('Voltage', [('Graphics', gpu['voltage'])]),
-        ('Fabric', fabric),
-        ('Processes', 'None'),
-    ]
-    return body
-
 
 def _render_text(lines, items, level, width):
     for label, value in items:
@@ -662,7 +637,7 @@ def render_text(gpus, attached, driver, timestamp):
     _render_text(lines, [('Attached GPUs', str(attached))], 0, width)
     for gpu in gpus:
         lines.append('GPU %s' % gpu['bus_id'])
-        _render_text(lines, _text_gpu(gpu, branch), 1, width)
+        _render_text(lines, gpu_rows(gpu, TEXT, branch), 1, width)
         lines.append('')
     return '\n'.join(lines) + '\n'
 

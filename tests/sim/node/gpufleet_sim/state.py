@@ -26,6 +26,7 @@ path                                                      meaning
 ``run/gpufleet-sim/persistence_mode``                     legacy ``nvidia-smi -pm`` settings (this boot)
 ``run/gpufleet-sim/reboot_hang.json``                     what the boot step did for ``reboot_hang``
 ``var/lib/gpufleet-sim/xid.log``                          kernel-log Xid lines (written by ``fleet``)
+``run/gpufleet-sim/dpkg-lock.pid``                        the ``dpkg_lock`` fault's holder (while it holds)
 ========================================================  ===========================================
 
 ``$GPUFLEET_SIM_PACKAGE`` names the dummy package that owns the tool being run (set by the
@@ -69,6 +70,7 @@ FAULT_DEFAULTS = {
     'diag_fail': {'level': 1, 'gpu': 0},
     'xid': {'gpu': 0, 'xid': 79},
     'long_job': {'seconds': 3600},
+    'dpkg_lock': {'seconds': 30},
 }
 _INT_SETTINGS = ('level', 'gpu', 'xid', 'seconds')
 

@@ -9,7 +9,6 @@ their shapes follow NVIDIA's writers (dcgmi/Diag.cpp, nvvs JsonOutput, testing/p
 """
 
 import json
-import os
 
 import pytest
 
@@ -24,8 +23,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._dcgm import (
     parse_version_banner,
 )
 
-# tests/unit/plugins/module_utils -> tests/unit/fixtures/real-outputs/dcgmi
-FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'real-outputs', 'dcgmi')
+from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import read_real_output
 
 GB10_JSON = 'dcgmi-diag-r1-json_dcgm4.2.3_580.82.09_gb10-dgx-spark_software-fail.json'
 NVVS31_JSON = 'dcgm-gpu-diagnostic-json_dcgm3.1.0_8gpu_pass_null-elements_NVIDIA-DCGM-JsonResultTests.txt'
@@ -46,12 +44,7 @@ GB10_INFO = ('Error getting the SRAM Threshold Count for GPU 0. Status = 0. Valu
 
 
 def _read(name, mode='r'):
-    path = os.path.join(FIXTURES, name)
-    if 'b' in mode:
-        with open(path, 'rb') as handle:
-            return handle.read()
-    with open(path, encoding='utf-8') as handle:
-        return handle.read()
+    return read_real_output('dcgmi', name, binary='b' in mode)
 
 
 def _doc(obj):

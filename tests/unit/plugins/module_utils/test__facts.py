@@ -3,15 +3,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Facts assembly and health classification from raw tool outputs."""
 
-import os
-
 import pytest
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import assemble, filter_packages, module_loaded, parse_systemctl_show
+from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import real_output_path
 
-REAL = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'real-outputs')
-T4 = os.path.join(REAL, 'nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml')
-MISMATCH_570 = os.path.join(REAL, 'errors', 'nvml-mismatch_570.124_tinygrad-ogkm-issue47.txt')
+T4 = real_output_path('nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml')
+MISMATCH_570 = real_output_path('errors', 'nvml-mismatch_570.124_tinygrad-ogkm-issue47.txt')
 PROC_VERSION_OPEN = ('NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.124.06  Release Build  (root@host)  '
                      'Thu Mar 13 15:20:41 UTC 2025\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n')
 MODULES = 'nvidia_uvm 1785856 0 - Live 0x0000000000000000 (PO)\nnvidia 60735488 2 nvidia_uvm, Live 0x0000000000000000 (PO)\n'

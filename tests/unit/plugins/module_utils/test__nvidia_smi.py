@@ -3,8 +3,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Unit tests for plugins/module_utils/_nvidia_smi.py against real nvidia-smi and kernel outputs."""
 
-import os
-
 import pytest
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._nvidia_smi import (
@@ -16,8 +14,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._nvidia_smi imp
     parse_xml,
 )
 
-# tests/unit/plugins/module_utils -> tests/unit/fixtures/real-outputs
-FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'real-outputs')
+from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import read_real_output
 
 P100 = 'netdata_tesla-p100-pcie-16gb_510.47.03_v11.xml'
 A100 = 'telegraf_a100-sxm4-80gb_535.54.03_v12.xml'
@@ -35,12 +32,7 @@ GPU_KEYS = {
 
 
 def _read(category, name, mode='r'):
-    path = os.path.join(FIXTURES, category, name)
-    if 'b' in mode:
-        with open(path, 'rb') as handle:
-            return handle.read()
-    with open(path, encoding='utf-8') as handle:
-        return handle.read()
+    return read_real_output(category, name, binary='b' in mode)
 
 
 def _xml(name):

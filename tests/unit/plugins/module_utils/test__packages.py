@@ -33,8 +33,9 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages impor
 )
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._versions import compare, matches_pin
 
-# tests/unit/plugins/module_utils -> tests/unit/fixtures/real-outputs/packages
-FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'real-outputs', 'packages')
+from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import read_real_output, real_output_path
+
+FIXTURES = real_output_path('packages')
 
 APT_HISTORY = 'apt-history_libnvidia-common-460_unattended-upgrade_shine-cluster.txt'
 DNF_MODULE_LIST = 'dnf-module-list-nvidia-driver_rhel8.10_open-dkms-default_kmod-issue50.txt'
@@ -54,8 +55,7 @@ SAMPLES = (
 
 
 def _read(name):
-    with open(os.path.join(FIXTURES, name), encoding='utf-8') as handle:
-        return handle.read()
+    return read_real_output('packages', name)
 
 
 # --------------------------------------------------------------------------- fixtures

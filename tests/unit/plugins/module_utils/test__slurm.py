@@ -9,13 +9,13 @@ import pytest
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
-                        'unit', 'fixtures', 'slurm')
+from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import fixture_path, read_fixture
+
+FIXTURES = fixture_path('slurm')
 
 
 def fixture(name):
-    with open(os.path.join(FIXTURES, name), encoding='utf-8') as handle:
-        return handle.read()
+    return read_fixture('slurm', name)
 
 
 def node(name):

@@ -8,8 +8,6 @@ The dnf inputs that have real captured samples use them (tests/unit/fixtures/rea
 Inline inputs are synthetic and follow the formats the tools print.
 """
 
-import os
-
 import pytest
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages import PackageParseError
@@ -26,14 +24,13 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import (
     target_packages,
     validate_pin,
 )
+from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import read_real_output
 
-PACKAGES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'real-outputs', 'packages')
 PIN = {'driver': '580.65.06', 'fabric_manager': '580.65.06', 'container_toolkit': '1.17.0', 'dcgm': '4.1.0'}
 
 
 def sample(name):
-    with open(os.path.join(PACKAGES, name), encoding='utf-8') as handle:
-        return handle.read()
+    return read_real_output('packages', name)
 
 
 def specs(packages):

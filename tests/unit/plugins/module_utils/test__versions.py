@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._versions impor
     rpm_compare,
     split_version,
 )
+from ansible_collections.gpufleet.lifecycle.tests.needs import require_tool
 
 # (a, b, expected dpkg_compare(a, b)) -- expectations from `dpkg --compare-versions`.
 DPKG_CASES = [
@@ -169,8 +170,8 @@ def _dpkg_cli(a, b):
     return 1
 
 
-@pytest.mark.skipif(shutil.which('dpkg') is None, reason='dpkg is not installed')
 def test_dpkg_table_against_real_dpkg():
+    require_tool('dpkg', 'apt-get install dpkg (Debian/Ubuntu)')
     mismatches = [(a, b, expected, _dpkg_cli(a, b)) for a, b, expected in DPKG_CASES if _dpkg_cli(a, b) != expected]
     assert mismatches == []
 
@@ -192,8 +193,10 @@ def _rpm_lua_usable():
         return False
 
 
-@pytest.mark.skipif(not _rpm_lua_usable(), reason='rpm (>= 4.16, with lua rpm.vercmp) is not installed')
 def test_rpm_table_against_real_rpm():
+    require_tool('rpm', 'apt-get install rpm (Debian/Ubuntu; make test does it as root) or dnf install rpm')
+    if not _rpm_lua_usable():
+        pytest.fail('rpm is older than 4.16 (no Lua rpm.vercmp with epochs): install rpm >= 4.16', pytrace=False)
     mismatches = [(a, b, expected) for a, b, expected in RPM_CASES if _rpm_vercmp(a, b) != expected]
     assert mismatches == []
     for a, b, expected in RPM_HALF_RELEASE_CASES:

@@ -9,7 +9,9 @@ import pytest
 
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._pin import PinError, parse_env, parse_pin_text, parse_yaml, pin_from_mapping
 
-FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'pins')
+from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import fixture_path
+
+FIXTURES = fixture_path('pins')
 
 
 def test_runbook_baseline_env_verbatim():
