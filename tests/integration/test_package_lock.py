@@ -58,7 +58,8 @@ def holder(lock_fleet):
     """Start the dpkg_lock fault for N seconds; returns the holder's pid. Ends it and clears the fault afterwards."""
     def start(seconds):
         lock_fleet.fleet('fault', NODE, 'dpkg_lock', 'seconds=%d' % seconds)
-        # `fleet fault` records the fault; the holder runs inside the node (a second start is a no-op).
+        # `fleet fault` records the fault and starts the holder inside the node; starting it again is a no-op that
+        # prints the running holder's pid.
         started = lock_fleet.node_exec(NODE, *fleet_faults.node_command('dpkg_lock', {'seconds': seconds}))
         assert started.returncode == 0, started.stdout + started.stderr
         pid = json.loads(started.stdout.strip().splitlines()[-1])['pid']

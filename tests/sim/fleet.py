@@ -568,6 +568,9 @@ class Fleet:
             fleet_faults.append_xid(os.path.join(self.node_dir(node), 'var'), self.hardware(node), faults['xid'])
         if name == 'long_job':
             self.start_long_job(config, node, faults['long_job'])
+        command = fleet_faults.node_command(name, faults.get(name, {})) if name != 'clear' else None
+        if command:
+            self.podman('exec', self.container(node), *command)
         return faults
 
     def hardware(self, node):

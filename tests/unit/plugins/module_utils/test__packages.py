@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Unit tests for plugins/module_utils/_packages.py.
+"""Unit tests for plugins/module_utils/_packages.py and the readers in tests/unit/listing_readers.py.
 
 Every real sample in tests/unit/fixtures/real-outputs/packages/ (byte-exact
 copies of /work/shared/real-outputs/packages/, each with its ``.source.txt``
@@ -18,20 +18,17 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages impor
     DPKG_QUERY_FORMAT,
     RPM_QUERY_FORMAT,
     PackageParseError,
-    parse_apt_cache_policy,
-    parse_apt_history,
     parse_dnf_module_list,
     parse_dnf_repoquery,
-    parse_dpkg_l,
     parse_dpkg_query,
     parse_fabricmanager_version,
     parse_nvcc_version,
     parse_nvidia_container_cli_version,
     parse_nvidia_ctk_version,
-    parse_rpm_qa,
     parse_rpm_query,
 )
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._versions import compare, matches_pin
+from ansible_collections.gpufleet.lifecycle.tests.unit.listing_readers import parse_apt_cache_policy, parse_apt_history, parse_dpkg_l, parse_rpm_qa
 
 from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import read_real_output, real_output_path
 

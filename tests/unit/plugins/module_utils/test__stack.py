@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import (
     validate_pin,
 )
 from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import read_real_output
+from ansible_collections.gpufleet.lifecycle.tests.unit.listing_readers import parse_rpm_qa
 
 PIN = {'driver': '580.65.06', 'fabric_manager': '580.65.06', 'container_toolkit': '1.17.0', 'dcgm': '4.1.0'}
 
@@ -269,9 +270,7 @@ def test_dnf_plan_at_the_pin_changes_nothing():
 def test_dnf_plan_sees_real_el7_driver_as_another_source():
     installed = installed_from_rpm(''.join(
         '%s\t0:%s\t%s\n' % (name, '-'.join([row['version'], row['release']]), row['arch'] or 'noarch')
-        for name, row in __import__(
-            'ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages', fromlist=['parse_rpm_qa']
-        ).parse_rpm_qa(sample('rpm-qa-cuda_el7_nvidia-driver-latest-dkms-465.19.01_az-hop-issue269.txt')).items()))
+        for name, row in parse_rpm_qa(sample('rpm-qa-cuda_el7_nvidia-driver-latest-dkms-465.19.01_az-hop-issue269.txt')).items()))
     strays = [stray['name'] for stray in plan({'driver': '580.65.06'}, 'dnf', installed)['strays']]
     assert strays == ['cuda-drivers', 'nvidia-driver-latest-dkms-cuda', 'nvidia-driver-latest-dkms-cuda-libs']
 
