@@ -246,7 +246,7 @@ def parse_dnf_repoquery(text):
     """Parse ``dnf repoquery`` output: a list of NEVRA dicts in output order.
 
     Each item is ``{'name', 'epoch', 'version', 'release', 'arch'}`` (as
-    :func:`parse_rpm_qa` values plus ``name``).  dnf/subscription-manager chatter
+    the ``rpm -qa`` reader's values plus ``name``).  dnf/subscription-manager chatter
     (``Updating Subscription Management repositories.``, ``Last metadata
     expiration check: ...``, download progress lines) is skipped.
     """
