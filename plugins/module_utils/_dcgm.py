@@ -9,7 +9,8 @@ Pure functions, standard library only (no Ansible imports), Python 3.8+:
 * ``parse_diag_text(text)`` reads the ``dcgmi diag`` text table (DCGM 3.x and 4.x layouts);
 * ``parse_version_banner(text)`` reads ``dcgmi -v`` / ``dcgmi --version`` output;
 * ``classify_failure(rc, stdout, stderr)`` names the reason a ``dcgmi diag`` run produced no document;
-* ``build_diag_argv(...)`` builds a validated argument list for ``dcgmi diag -r <run> -j``.
+* ``build_diag_argv(...)`` builds a validated argument list for ``dcgmi diag -r <run> -j``;
+* ``process_timeout(run, timeout, command_timeout)`` is how long that process may run before it is killed.
 
 Schemas, as written by NVIDIA's ``dcgmi/Diag.cpp`` and the diagnostic (``nvvs``):
 
@@ -32,6 +33,8 @@ never ``KeyError``/``TypeError``.
 
 import json
 import re
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._command import escape_controls
 
 SCHEMA_VERSION = 1
 
@@ -170,14 +173,15 @@ def _worst(statuses, default='skip'):
 
 
 def _message_of(item):
-    """Text of one warning/info/error entry (a string or an object such as ``{"warning": ...}``)."""
+    """Text of one warning/info/error entry (a string or an object such as ``{"warning": ...}``), control characters escaped."""
     if isinstance(item, dict):
         for key in _MESSAGE_KEYS:
             text = _scalar_text(item.get(key))
             if text is not None:
-                return text
+                return escape_controls(text)
         return None
-    return _scalar_text(item)
+    text = _scalar_text(item)
+    return escape_controls(text) if text is not None else None
 
 
 def _messages(value):
@@ -1167,3 +1171,24 @@ def build_diag_argv(dcgmi_path, run, config=None, gpus=None, timeout=None, param
         argv.extend(['-p', ';'.join(pairs)])
     argv.append('-j')
     return argv
+
+
+# Seconds dcgmi diag may run by level when no limit is given (NVIDIA: level 1 seconds, 2 about two minutes,
+# 3 about 30 minutes, 4 one to two hours); a list of tests gets the level-3 limit.
+PROCESS_TIMEOUTS = {'1': 600, '2': 1800, '3': 5400, '4': 10800}
+# Seconds beyond dcgmi's own --timeout before the process is killed (the diagnostic stops and reports).
+PROCESS_MARGIN = 120
+
+
+def process_timeout(run, timeout=None, command_timeout=None):
+    """Seconds the ``dcgmi diag`` process may run: ``command_timeout`` when given, else ``timeout`` (dcgmi's own
+    ``--timeout``) plus ``PROCESS_MARGIN``, else the limit of the run level (``PROCESS_TIMEOUTS``).
+    Raises ValueError for a limit below one second."""
+    for name, value in (('command_timeout', command_timeout), ('timeout', timeout)):
+        if value is None:
+            continue
+        seconds = None if isinstance(value, bool) else _as_int(value)
+        if seconds is None or seconds < 1:
+            raise ValueError('%s must be a whole number of seconds >= 1, got %r' % (name, value))
+        return seconds if name == 'command_timeout' else seconds + PROCESS_MARGIN
+    return PROCESS_TIMEOUTS.get(_run_value(run), PROCESS_TIMEOUTS['3'])

@@ -10,7 +10,7 @@ facts schema and classifies the node's health:
 * ``ok``      nvidia-smi ran and printed a readable document with GPUs;
 * ``broken``  a driver is there but the stack does not work (driver/library
   version mismatch, cannot talk to the driver, no devices, GPU lost,
-  unreadable output, nvidia-smi missing next to an installed driver);
+  nvidia-smi hung, unreadable output, nvidia-smi missing next to an installed driver);
 * ``absent``  no NVIDIA driver at all.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _dcgm
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _nvidia_smi
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _packages
@@ -85,6 +86,8 @@ def _package_facts(raw):
     manager = listing.get('manager')
     if not manager:
         return None, {}, [], None
+    if listing.get('timed_out'):
+        return manager, {}, [], 'package listing did not finish: %s' % _command.describe_timeout(listing)
     if listing.get('rc') not in (0, None):
         return manager, {}, [], 'package listing failed (rc=%s): %s' % (listing.get('rc'), (listing.get('stderr') or '').strip())
     try:
@@ -103,9 +106,12 @@ def _banner(raw, key, parser):
     if not text:
         return None
     try:
-        return parser(text)
+        value = parser(_command.to_text(text))
     except ValueError:
         return None
+    if isinstance(value, dict):
+        return dict((key, _command.escape_controls(item) if isinstance(item, str) else item) for key, item in value.items())
+    return _command.escape_controls(value) if isinstance(value, str) else value
 
 
 def _tools(raw):
@@ -138,7 +144,10 @@ def _health(raw, packages, kernel_module_loaded):
         if kernel_module_loaded or any(DRIVER_PACKAGE.match(name) for name in packages) or raw.get('gpu_operator_driver_root'):
             return HEALTH_BROKEN, 'nvidia_smi_missing', 'nvidia-smi was not found on PATH although an NVIDIA driver is installed', None
         return HEALTH_ABSENT, None, 'no NVIDIA driver is installed (no nvidia-smi, no driver package, no nvidia kernel module)', None
-    rc, stdout, stderr = smi.get('rc'), smi.get('stdout') or '', smi.get('stderr') or ''
+    if smi.get('timed_out'):
+        message = '%s; NVML did not answer (a GPU stuck in a bad state or lost)' % _command.describe_timeout(smi)
+        return HEALTH_BROKEN, 'nvidia_smi_hung', message, None
+    rc, stdout, stderr = smi.get('rc'), _command.to_text(smi.get('stdout')), _command.to_text(smi.get('stderr'))
     if rc != 0 or not stdout.strip():
         failure = _nvidia_smi.classify_failure(rc, stdout, stderr)
         return HEALTH_BROKEN, failure['reason'], failure['message'], None
@@ -162,9 +171,10 @@ def _lost_gpu_lines(stderr):
 def assemble(raw):
     """Build the ``gpufleet`` facts from the raw outputs gathered on the node.
 
-    ``raw`` keys (all optional): nvidia_smi {path, rc, stdout, stderr} or None when not found;
-    packages {manager: dpkg|rpm, rc, stdout, stderr}; banners {tool: text}; services {unit: systemctl show text};
-    kernel; proc_modules; proc_driver_version; gpu_operator_driver_root; runfile_uninstaller; nvswitch_count.
+    ``raw`` keys (all optional): nvidia_smi {path, rc, stdout, stderr, timed_out, command, timeout} (``_command.run``)
+    or None when not found; packages {manager: dpkg|rpm, rc, stdout, stderr, timed_out, command, timeout};
+    banners {tool: text or None}; services {unit: systemctl show text}; kernel; proc_modules; proc_driver_version;
+    gpu_operator_driver_root; runfile_uninstaller; nvswitch_count.
     """
     manager, packages, held, package_error = _package_facts(raw)
     kernel_module_loaded = module_loaded(raw.get('proc_modules'), 'nvidia')
@@ -179,7 +189,7 @@ def assemble(raw):
         'schema_version': SCHEMA_VERSION,
         'health': health,
         'health_reason': reason,
-        'health_message': message,
+        'health_message': _command.escape_controls(message) if message is not None else None,
         'nvidia_smi_path': (raw.get('nvidia_smi') or {}).get('path'),
         'driver_version': document.get('driver_version') if document else None,
         'cuda_driver_version': document.get('cuda_driver_version') if document else None,
@@ -191,7 +201,7 @@ def assemble(raw):
         'package_manager': manager,
         'packages': packages,
         'held_packages': held,
-        'package_error': package_error,
+        'package_error': _command.escape_controls(package_error) if package_error is not None else None,
         'driver_source': _driver_source(raw, packages),
         'tools': _tools(raw),
         'services': services,

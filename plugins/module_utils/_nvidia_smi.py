@@ -20,6 +20,8 @@ printed as "not available".
 import re
 import xml.etree.ElementTree as ET
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._command import escape_controls, to_text
+
 SCHEMA_VERSION = 1
 
 # Values nvidia-smi prints instead of a reading; compared case-insensitively after stripping.
@@ -136,11 +138,9 @@ def _pci_device_id(value):
 # --------------------------------------------------------------------------- document level
 
 def _decode(text):
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode('utf-8', 'replace')
-    if not isinstance(text, str):
+    if not isinstance(text, (str, bytes, bytearray)):
         raise NvidiaSmiParseError('nvidia-smi XML must be str or bytes, not %s' % type(text).__name__)
-    return text.lstrip('\ufeff')
+    return to_text(text).lstrip('\ufeff')
 
 
 def _parse_root(text):
@@ -351,9 +351,7 @@ def _output_lines(*outputs):
     for output in outputs:
         if output is None:
             continue
-        if isinstance(output, (bytes, bytearray)):
-            output = bytes(output).decode('utf-8', 'replace')
-        for line in str(output).splitlines():
+        for line in to_text(output).splitlines():
             line = line.strip()
             if line:
                 lines.append(line)
@@ -420,11 +418,10 @@ def find_kernel_gpu_errors(text):
     ``fallen_off_bus``, ``rm_init_adapter_failed`` or ``gpu_not_supported``.  ``pci`` is the
     address as the kernel printed it (Xid lines omit the PCI function), ``xid`` the Xid number
     (None for other kinds) and ``line`` the stripped log line(s) of the report, joined by
-    newlines when the driver split the message over several lines.
+    newlines when the driver split the message over several lines.  Invalid UTF-8 and control
+    characters in a (corrupted) line are escaped as ``\\xNN``.
     """
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode('utf-8', 'replace')
-    lines = [line.strip() for line in (text or '').splitlines()]
+    lines = [escape_controls(line.strip()) for line in to_text(text).splitlines()]
     found = []
     for index, line in enumerate(lines):
         xid = _XID_RE.search(line)
@@ -457,8 +454,7 @@ def parse_proc_driver_version(text):
     and the open form ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.124.06  Release Build ...``.
     Returns None when no version is found.
     """
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode('utf-8', 'replace')
+    text = to_text(text)
     if not text:
         return None
     match = _PROC_VERSION_RE.search(text)

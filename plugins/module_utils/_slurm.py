@@ -9,7 +9,10 @@ Pure functions, standard library only (no Ansible imports), Python 3.8+:
 * ``parse_show_node(text)`` reads one ``scontrol show node -o NAME`` line (Slurm 22.05 and later);
 * ``parse_squeue_jobs(text)`` reads ``squeue -h -w NAME -o '%i|%u|%T|%j'``;
 * ``classify_error(rc, stdout, stderr)`` names why a Slurm client failed (unknown node, controller unreachable);
-* ``is_gpufleet_reason``, ``drain_done``, ``resume_done``, ``reboot_done`` are the module's rules.
+* ``decide(node, state, ...)`` is the module's decision: which ``scontrol`` update, what to wait for, and when
+  to leave a node alone (drained or down with a reason this collection did not set);
+* ``wait_done(wait, node, previous)`` and ``describe_wait_timeout`` are the rules of the wait that follows;
+* ``is_gpufleet_reason``, ``held_by_others``, ``drain_done``, ``resume_done``, ``reboot_done`` are the rules they use.
 
 ``scontrol show node -o`` prints ``Key=value`` pairs separated by spaces, and some values hold spaces
 themselves (``OS=Linux 6.1.0-26-amd64 #1 SMP ...``, ``Reason=gpufleet: drained for upgrade [root@2026-11-21T20:00:00]``).
@@ -18,6 +21,8 @@ that may itself look like ``key=value``; Slurm ends it with `` [user@time]``, wh
 """
 
 import re
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._command import escape_controls, to_text
 
 GPUFLEET_REASON_PREFIX = 'gpufleet:'
 
@@ -52,6 +57,10 @@ class SlurmParseError(ValueError):
     """The text is not what the Slurm client prints for the request."""
 
 
+class SlurmWrongNodeError(SlurmParseError):
+    """``scontrol show node NAME`` answered about another node."""
+
+
 def check_node_name(name):
     """Return ``name`` when it is one plain Slurm node name; raise ValueError otherwise.
 
@@ -65,11 +74,9 @@ def check_node_name(name):
 
 
 def _decode(text, what):
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode('utf-8', 'replace')
-    if not isinstance(text, str):
+    if not isinstance(text, (str, bytes, bytearray)):
         raise SlurmParseError('%s must be str or bytes, not %s' % (what, type(text).__name__))
-    return text
+    return to_text(text)
 
 
 def _fields(line):
@@ -140,12 +147,14 @@ def _value(fields, key):
     return value
 
 
-def parse_show_node(text):
+def parse_show_node(text, name=None):
     """Parse one ``scontrol show node -o NAME`` line.
 
     Returns every ``Key=value`` field as printed, plus ``name``, ``state`` (raw ``State=``), ``base_state``,
-    ``flags``, ``responding``, ``drain_state``, ``reason`` (without ``[user@time]``), ``reason_user``,
-    ``reason_time`` and ``boot_time`` (None where Slurm prints ``None``).
+    ``flags``, ``responding``, ``drain_state``, ``reason`` (without ``[user@time]``, control characters
+    escaped), ``reason_user``, ``reason_time`` and ``boot_time`` (None where Slurm prints ``None``).
+    Bytes that are not UTF-8 become ``\\xNN`` escapes.  With ``name``, a line about another node raises
+    ``SlurmWrongNodeError``: the module acts only on the node it asked about.
     """
     text = _decode(text, 'scontrol output')
     lines = [line for line in text.splitlines() if line.strip()]
@@ -171,6 +180,8 @@ def parse_show_node(text):
         raise SlurmParseError('node line without a NodeName: %r' % line[:200])
     if 'State' not in fields:
         raise SlurmParseError('node line without a State: %r' % line[:200])
+    if name is not None and fields['NodeName'] != name:
+        raise SlurmWrongNodeError('scontrol show node %s answered about node %s' % (name, escape_controls(fields['NodeName'][:200])))
     base, flags = parse_state(fields['State'])
     result.update(
         name=fields['NodeName'],
@@ -179,7 +190,7 @@ def parse_show_node(text):
         flags=flags,
         responding='NOT_RESPONDING' not in flags,
         drain_state=drain_state(base, flags),
-        reason=reason_text,
+        reason=escape_controls(reason_text) if reason_text is not None else None,
         reason_user=reason_user,
         reason_time=reason_time,
         boot_time=_value(fields, 'BootTime'),
@@ -242,9 +253,9 @@ def gpufleet_reason(reason):
 
 
 def held_by_others(node):
-    """True when the node is drained or down with a reason this collection did not set."""
+    """True when the node is drained or down and its reason was not set by this collection (or it has none)."""
     held = 'DRAIN' in node['flags'] or node['base_state'] == 'DOWN'
-    return held and bool(node['reason']) and not is_gpufleet_reason(node['reason'])
+    return held and not is_gpufleet_reason(node['reason'])
 
 
 def drain_done(node):
@@ -267,3 +278,80 @@ def reboot_done(node, boot_time_before):
     if reboot_pending(node) or not node['responding'] or not node['boot_time']:
         return False
     return boot_time_before is None or node['boot_time'] > boot_time_before
+
+
+# --------------------------------------------------------------------------- the module's decision
+
+STATES = ('present', 'drained', 'resumed', 'rebooted')
+WAITS = {
+    'drained': 'DRAINED',
+    'resumed': 'resumed (no DRAIN flag, responding)',
+    'rebooted': 'rebooted (BootTime after %s, no REBOOT_* flag)',
+}
+
+
+def decide(node, state, reason=None, force_reason=False, nextstate='resume'):
+    """What slurm_node does with ``node`` (as ``parse_show_node`` returns it) to reach ``state``.
+
+    ``reason`` is the reason as the module sets it (``gpufleet_reason``); required for ``drained`` and ``rebooted``.
+    Returns ``{'update': scontrol arguments or [] (nothing to change), 'wait': None or the state to wait for
+    (``drained``, ``resumed``, ``rebooted``), 'drained_by_others': bool, 'ours': bool, 'msg': None or why it
+    leaves the node alone}``.
+
+    A node drained or down whose reason this collection did not set (an admin's ``bad DIMM``, Slurm's
+    ``Not responding``) is left alone - no update, no wait - unless ``force_reason``.
+    """
+    if state not in STATES:
+        raise ValueError('unknown state %r: one of %s' % (state, ', '.join(STATES)))
+    if state in ('drained', 'rebooted') and not reason:
+        raise ValueError('a reason is required with state=%s' % state)
+    name = node['name']
+    others = held_by_others(node)
+    decision = {'update': [], 'wait': None, 'drained_by_others': False, 'ours': is_gpufleet_reason(node['reason']), 'msg': None}
+    if state == 'present':
+        decision['drained_by_others'] = others
+        return decision
+    if others and not force_reason:
+        decision['drained_by_others'] = True
+        decision['msg'] = '%s is %s with reason %s set by others; left alone (force_reason=true acts anyway)' % (
+            name, node['state'], escape_controls(repr(node['reason']), keep_newlines=False))
+        return decision
+    if state == 'drained':
+        if 'DRAIN' not in node['flags'] or (force_reason and node['reason'] != reason):
+            decision['update'] = ['update', 'NodeName=%s' % name, 'State=DRAIN', 'Reason=%s' % reason]
+        decision['wait'] = 'drained'
+    elif state == 'resumed':
+        if not resume_done(node) and ('DRAIN' in node['flags'] or node['base_state'] == 'DOWN'):
+            decision['update'] = ['update', 'NodeName=%s' % name, 'State=RESUME']
+        decision['wait'] = 'resumed'
+    else:
+        if not reboot_pending(node):
+            decision['update'] = ['reboot', 'ASAP', 'nextstate=%s' % nextstate.upper(), 'reason=%s' % reason, name]
+        decision['wait'] = 'rebooted'
+    return decision
+
+
+def wait_done(wait, node, previous):
+    """True when ``node`` reached what ``decide`` said to wait for; ``previous`` is the node before the update."""
+    if wait == 'drained':
+        return drain_done(node)
+    if wait == 'resumed':
+        return resume_done(node)
+    if wait == 'rebooted':
+        return reboot_done(node, previous['boot_time'])
+    raise ValueError('nothing to wait for: %r' % (wait,))
+
+
+def describe_wait(wait, previous):
+    """What the wait waits for, in words: ``DRAINED``, ``resumed (...)``, ``rebooted (BootTime after ...)``."""
+    what = WAITS[wait]
+    return what % previous['boot_time'] if wait == 'rebooted' else what
+
+
+def describe_wait_timeout(wait, node, previous, timeout, jobs):
+    """The message of a wait that ran out: the node, what it did not reach, its state, the jobs still draining."""
+    still = ''
+    if node['drain_state'] == 'draining':
+        still = ' (DRAINING, jobs still running: %s)' % describe_jobs(jobs)
+    return escape_controls('%s: not %s after %s s; state %s%s; the node is left as it is' % (
+        node['name'], describe_wait(wait, previous), timeout, node['state'], still))

@@ -58,7 +58,15 @@ options:
     type: dict
   timeout:
     description:
-      - Seconds the diagnostic may run (C(dcgmi diag --timeout)).
+      - Seconds the diagnostic may run (C(dcgmi diag --timeout)). Unless I(command_timeout) is given, the C(dcgmi) process is
+        also killed 120 seconds after this.
+    type: int
+  command_timeout:
+    description:
+      - Seconds the C(dcgmi) process may run before it is killed with its process group and the task fails with
+        RV(reason=dcgmi_hung).
+      - Default - I(timeout) plus 120 seconds; without I(timeout) 600 (level 1), 1800 (level 2), 5400 (level 3 and test lists)
+        or 10800 (level 4).
     type: int
   fail_on_failure:
     description:
@@ -72,6 +80,9 @@ options:
     default: false
 notes:
   - C(dcgmi diag -j) exits non-zero when a test fails and still prints the document; the document decides the result.
+  - Output that is not UTF-8 is read with U+FFFD for the invalid bytes (the document stays JSON); control characters in
+    messages are escaped as C(\xNN).
+  - Killing C(dcgmi) does not stop a diagnostic the host engine (C(nv-hostengine)) already runs; the GPUs may stay busy until it ends.
 seealso:
   - module: gpufleet.lifecycle.gpu_facts
   - name: DCGM diagnostics
@@ -134,7 +145,8 @@ cmd:
 reason:
   description:
     - Why the diagnostic could not run, when it could not - C(dcgmi_missing), C(hostengine_unreachable), C(gpus_busy),
-      C(not_supported), C(diag_failed), C(dcgmi_failed), C(unreadable).
+      C(not_supported), C(diag_failed), C(dcgmi_failed), C(unreadable), C(dcgmi_hung) (C(dcgmi) did not finish within
+      I(command_timeout) and was killed).
   type: str
   returned: on failure to run
 dcgmi_rc:
@@ -147,6 +159,7 @@ dcgmi_rc:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _dcgm
 
 
@@ -164,7 +177,7 @@ def _verdict(document, fail_on_warning):
 
 def _fail_to_run(module, argv, rc, stdout, stderr):
     failure = _dcgm.classify_failure(rc, stdout, stderr)
-    module.fail_json(msg='dcgmi diag could not run (%s): %s' % (failure['reason'], failure['message']), reason=failure['reason'],
+    module.fail_json(msg=_command.escape_controls('dcgmi diag could not run (%s): %s' % (failure['reason'], failure['message'])), reason=failure['reason'],
                      cmd=argv, dcgmi_rc=rc, stdout=stdout, stderr=stderr)
 
 
@@ -177,6 +190,7 @@ def main():
             gpus=dict(type='list', elements='int'),
             parameters=dict(type='dict'),
             timeout=dict(type='int'),
+            command_timeout=dict(type='int'),
             fail_on_failure=dict(type='bool', default=True),
             fail_on_warning=dict(type='bool', default=False),
         ),
@@ -191,13 +205,20 @@ def main():
     try:
         argv = _dcgm.build_diag_argv(dcgmi, _selection(params), config=params['config'], gpus=params['gpus'],
                                      timeout=params['timeout'], parameters=params['parameters'])
+        limit = _dcgm.process_timeout(_selection(params), timeout=params['timeout'], command_timeout=params['command_timeout'])
     except ValueError as exc:
         module.fail_json(msg='invalid diagnostic request: %s' % exc, reason='invalid_request', cmd=[])
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, cmd=argv,
                          msg='check mode: no active diagnostic was run (it would run: %s)' % ' '.join(argv[1:]))
 
-    rc, stdout, stderr = module.run_command(argv, environ_update={'LC_ALL': 'C', 'LANG': 'C'})
+    try:
+        ran = _command.run(argv, limit, errors='replace')
+    except _command.CommandError as exc:
+        module.fail_json(msg=str(exc), reason='dcgmi_failed', cmd=argv)
+    rc, stdout, stderr = ran['rc'], ran['stdout'], ran['stderr']
+    if ran['timed_out']:
+        module.fail_json(msg=_command.describe_timeout(ran), reason='dcgmi_hung', cmd=argv, stdout=stdout, stderr=stderr)
     try:
         document = _dcgm.parse_diag_json(stdout)
     except _dcgm.DcgmRuntimeError:
@@ -205,7 +226,7 @@ def main():
         _fail_to_run(module, argv, rc, stdout, stderr)
     except _dcgm.DcgmParseError as exc:
         if rc == 0:
-            module.fail_json(msg='dcgmi diag printed a document that cannot be read: %s' % exc, reason='unreadable',
+            module.fail_json(msg=_command.escape_controls('dcgmi diag printed a document that cannot be read: %s' % exc), reason='unreadable',
                              cmd=argv, dcgmi_rc=rc, stdout=stdout, stderr=stderr)
         _fail_to_run(module, argv, rc, stdout, stderr)
 
@@ -215,7 +236,7 @@ def main():
         described = '; '.join('%s on GPU %s: %s' % (item['test'], item['gpu'], item['message']) for item in result['failures'])
         if not described:
             described = 'warnings: %s' % result['summary'].get('warn')
-        module.fail_json(msg='DCGM diagnostic failed: %s' % described, **result)
+        module.fail_json(msg=_command.escape_controls('DCGM diagnostic failed: %s' % described), **result)
     module.exit_json(**result)
 
 

@@ -39,8 +39,24 @@ options:
       - Read the installed NVIDIA packages from the package manager.
     type: bool
     default: true
+  command_timeout:
+    description:
+      - Seconds C(nvidia-smi) and each other tool (version banners, C(systemctl show)) may run before it is killed with its
+        process group.
+      - A C(nvidia-smi) that does not finish in time makes the node C(broken) with reason C(nvidia_smi_hung) (a GPU stuck in a bad
+        state or lost keeps NVML waiting); another tool that does not gives a null fact and a warning.
+    type: int
+    default: 60
+  package_timeout:
+    description:
+      - Seconds the package listing (C(dpkg-query -W), C(rpm -qa)) may run before it is killed; then C(package_error)
+        says so and the packages are empty.
+    type: int
+    default: 120
 notes:
-  - Commands run with C(LC_ALL=C) and argument lists only; nothing is written on the node.
+  - Commands run with C(LC_ALL=C) and argument lists only, each with a time limit; nothing is written on the node.
+  - Output that is not UTF-8 is read with C(\xNN) escapes for the invalid bytes; control characters in C(health_message) and
+    C(package_error) are escaped the same way.
   - C(nvswitch_count) counts the entries of C(/proc/driver/nvidia-nvswitch/devices), present on NVSwitch (HGX/DGX) systems,
     else the C(/dev/nvidia-nvswitchN) device nodes the driver creates.
 seealso:
@@ -86,13 +102,14 @@ ansible_facts:
         health_reason:
           description:
             - Why the node is broken, null when C(ok).
-            - One of C(driver_library_mismatch), C(driver_unreachable), C(no_devices), C(gpu_lost), C(nvidia_smi_failed),
-              C(nvidia_smi_missing), C(unparsable).
+            - One of C(driver_library_mismatch), C(driver_unreachable), C(no_devices), C(gpu_lost), C(nvidia_smi_hung)
+              (C(nvidia-smi) did not finish within I(command_timeout) and was killed), C(nvidia_smi_failed), C(nvidia_smi_missing),
+              C(unparsable).
           type: str
           returned: always
           sample: driver_library_mismatch
         health_message:
-          description: The tool's own words for a broken or absent node, null when C(ok).
+          description: The tool's own words for a broken or absent node (control characters escaped), null when C(ok).
           type: str
           returned: always
           sample: "Failed to initialize NVML: Driver/library version mismatch"
@@ -197,7 +214,7 @@ ansible_facts:
           elements: str
           returned: always
         package_error:
-          description: Why the package listing could not be read, null when it could.
+          description: Why the package listing could not be read (failed, unreadable, did not finish within I(package_timeout)), null when it could.
           type: str
           returned: always
         driver_source:
@@ -234,6 +251,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import SERVICES, assemble
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages import DPKG_QUERY_FORMAT, RPM_QUERY_FORMAT
 
@@ -264,9 +282,15 @@ def _nvswitch_count():
     return len([name for name in os.listdir('/dev') if re.match(r'^nvidia-nvswitch[0-9]+$', name)]) if os.path.isdir('/dev') else 0
 
 
-def _run(module, argv):
-    rc, stdout, stderr = module.run_command(argv, environ_update={'LC_ALL': 'C', 'LANG': 'C'})
-    return {'rc': rc, 'stdout': stdout, 'stderr': stderr}
+def _run(module, argv, timeout):
+    """Run one command within ``timeout`` seconds; a command that cannot start reads as rc 127 with the reason."""
+    try:
+        result = _command.run(argv, timeout)
+    except _command.CommandError as exc:
+        return {'rc': 127, 'stdout': '', 'stderr': str(exc), 'timed_out': False, 'command': _command.render(argv), 'timeout': timeout}
+    if result['timed_out']:
+        module.warn(_command.describe_timeout(result))
+    return result
 
 
 def _nvidia_smi_path(module):
@@ -288,27 +312,28 @@ def gather(module):
         'banners': {},
         'services': {},
     }
+    timeout = module.params['command_timeout']
     smi = _nvidia_smi_path(module)
     raw['nvidia_smi'] = None
     if smi:
-        raw['nvidia_smi'] = _run(module, [smi, '-q', '-x'])
+        raw['nvidia_smi'] = _run(module, [smi, '-q', '-x'], timeout)
         raw['nvidia_smi']['path'] = smi
     if module.params['gather_packages']:
         dpkg_query = module.get_bin_path('dpkg-query')
         rpm = module.get_bin_path('rpm')
         if dpkg_query:
-            raw['packages'] = dict(_run(module, [dpkg_query, '-W', '-f', DPKG_QUERY_FORMAT]), manager='dpkg')
+            raw['packages'] = dict(_run(module, [dpkg_query, '-W', '-f', DPKG_QUERY_FORMAT], module.params['package_timeout']), manager='dpkg')
         elif rpm:
-            raw['packages'] = dict(_run(module, [rpm, '-qa', '--qf', RPM_QUERY_FORMAT]), manager='rpm')
+            raw['packages'] = dict(_run(module, [rpm, '-qa', '--qf', RPM_QUERY_FORMAT], module.params['package_timeout']), manager='rpm')
     for tool, arguments in BANNERS.items():
         path = module.get_bin_path(tool, opt_dirs=[CUDA_BIN])
         if path:
-            result = _run(module, [path] + arguments)
-            raw['banners'][tool] = result['stdout'] + result['stderr']
+            result = _run(module, [path] + arguments, timeout)
+            raw['banners'][tool] = None if result['timed_out'] else result['stdout'] + result['stderr']
     systemctl = module.get_bin_path('systemctl')
     if systemctl:
         for unit in SERVICES:
-            result = _run(module, [systemctl, 'show', '--property=LoadState,ActiveState,SubState,UnitFileState', unit + '.service'])
+            result = _run(module, [systemctl, 'show', '--property=LoadState,ActiveState,SubState,UnitFileState', unit + '.service'], timeout)
             raw['services'][unit] = result['stdout'] if result['rc'] == 0 else None
     return raw
 
@@ -318,9 +343,14 @@ def main():
         argument_spec=dict(
             nvidia_smi_path=dict(type='path'),
             gather_packages=dict(type='bool', default=True),
+            command_timeout=dict(type='int', default=60),
+            package_timeout=dict(type='int', default=120),
         ),
         supports_check_mode=True,
     )
+    for option in ('command_timeout', 'package_timeout'):
+        if module.params[option] < 1:
+            module.fail_json(msg='%s must be at least 1 second, got %s' % (option, module.params[option]))
     module.exit_json(changed=False, ansible_facts={'gpufleet': assemble(gather(module))})
 
 

@@ -17,7 +17,7 @@ description:
   - Changes nothing. Reports C(changed) when the node is off the pin, and with C(--diff) shows each package's current and
     target version, so C(--check --diff) previews a converge.
   - Reads with C(dpkg-query -W) and C(apt-cache madison) (apt), or C(rpm -qa), C(dnf repoquery), C(dnf module list nvidia-driver)
-    and C(dnf versionlock list) (dnf); every command is an argument list.
+    and C(dnf versionlock list) (dnf); every command is an argument list with a time limit (I(command_timeout)).
 author:
   - gpufleet.lifecycle maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -74,6 +74,12 @@ options:
       - List installed driver packages of other branches (and other driver sources on RHEL) in RV(strays).
     type: bool
     default: true
+  command_timeout:
+    description:
+      - Seconds each package-manager query may run before it is killed with its process group and the task fails naming
+        the command. C(dnf repoquery) may download repository metadata first; raise this for slow mirrors.
+    type: int
+    default: 120
 notes:
   - On RHEL the repository check uses C(dnf repoquery --disableplugin=versionlock --disable-modular-filtering), so a version that
     is locked away or belongs to a stream that is not enabled yet is found.
@@ -177,6 +183,7 @@ current_pin:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages import (
     DPKG_QUERY_FORMAT,
     RPM_QUERY_FORMAT,
@@ -194,13 +201,17 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import (
     validate_pin,
 )
 
-_ENVIRONMENT = {'LC_ALL': 'C', 'LANG': 'C'}
-
 
 def _run(module, argv, what, allowed=(0,)):
-    rc, stdout, stderr = module.run_command(argv, environ_update=_ENVIRONMENT)
+    try:
+        result = _command.run(argv, module.params['command_timeout'])
+    except _command.CommandError as exc:
+        module.fail_json(msg='%s: %s' % (what, exc), cmd=argv)
+    if result['timed_out']:
+        module.fail_json(msg='%s: %s' % (what, _command.describe_timeout(result)), cmd=argv, stdout=result['stdout'], stderr=result['stderr'])
+    rc, stdout, stderr = result['rc'], result['stdout'], result['stderr']
     if rc not in allowed:
-        module.fail_json(msg='%s failed (rc=%d): %s' % (what, rc, (stderr or stdout).strip()), cmd=argv, rc_of_command=rc)
+        module.fail_json(msg=_command.escape_controls('%s failed (rc=%d): %s' % (what, rc, (stderr or stdout).strip())), cmd=argv, rc_of_command=rc)
     return stdout
 
 
@@ -266,6 +277,7 @@ def main():
             package_versions=dict(type='dict', default={}),
             check_repository=dict(type='bool', default=True),
             purge_other_branches=dict(type='bool', default=True),
+            command_timeout=dict(type='int', default=120),
         ),
         supports_check_mode=True,
     )

@@ -14,11 +14,15 @@ description:
     drains it (C(scontrol update NodeName=NAME State=DRAIN Reason=...)), resumes it (C(State=RESUME)) or asks Slurm to reboot it
     once its jobs are done (C(scontrol reboot ASAP nextstate=... reason=... NAME)), then waits for the result.
   - Runs where the Slurm clients are, usually the controller or a login node (C(delegate_to)), and talks to the cluster that
-    C(slurm.conf) names; point it at a cluster with the task's C(environment) C(SLURM_CONF), as in the examples.
+    C(slurm.conf) names; point it at a cluster with I(environment) C(SLURM_CONF), and give a token with I(environment) C(SLURM_JWT),
+    as in the examples. I(environment) is never printed, also not at C(-vvv), unlike a task's C(environment).
   - Reasons set by this module start with C(gpufleet:) (it adds the prefix). A node drained or down with another reason belongs to
     somebody else (an admin's C(bad DIMM)); the module leaves it alone and returns C(drained_by_others=true) unless I(force_reason=true).
   - Reports C(changed) only when it issued an update. It never resumes a node on its own, also not when a drain times out.
-  - An unknown node or an unreachable controller fails the task with C(scontrol)'s own words before anything is changed.
+  - An unknown node or an unreachable controller fails the task with C(scontrol)'s own words before anything is changed; so does an
+    answer of C(scontrol show node) about another node than I(name) (C(wrong_node)).
+  - Every C(scontrol) and C(squeue) call has a time limit, I(command_timeout); a client that hangs (a dead C(slurmctld), a stuck
+    C(munged)) is killed with its process group and the task fails naming the command (C(command_timeout)).
 author:
   - gpufleet.lifecycle maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -85,8 +89,25 @@ options:
     description:
       - Path of C(squeue); looked up on C(PATH) when omitted. Without C(squeue) the module returns no jobs.
     type: path
+  environment:
+    description:
+      - Variables set in the environment of C(scontrol) and C(squeue), for example C(SLURM_CONF) (which cluster) and C(SLURM_JWT)
+        (a token for C(auth/jwt)).
+      - Secret - the values are never printed or logged (C(no_log)); Ansible shows any of them that appears in the result as
+        C(********). Pass tokens here, not in the task's C(environment), which is printed at C(-vvv).
+      - C(LC_ALL) and C(LANG) are always C(C).
+    type: dict
+    default: {}
+  command_timeout:
+    description:
+      - Seconds each C(scontrol) or C(squeue) call may run before it is killed with its process group and the task fails
+        (C(error=command_timeout)). I(timeout) bounds the wait for the node's state, this one each call.
+    type: int
+    default: 30
 notes:
   - Commands run as argument lists with C(LC_ALL=C); the node name is checked before any command runs.
+  - Output that is not UTF-8 (a Latin-1 reason) is read with C(\xNN) escapes for the invalid bytes; control characters in
+    messages are escaped the same way.
   - Tested against Slurm 22.05. A drained node is C(IDLE+DRAIN) or C(DOWN+DRAIN); C(MIXED+DRAIN), C(ALLOCATED+DRAIN) and
     C(+COMPLETING) are still draining. Slurm shows C(IDLE+NOT_RESPONDING) for a moment after a resume.
   - A reboot that Slurm reports as issued is completed by the node's C(RebootProgram) and slurmd; when the node does not come back the
@@ -104,9 +125,10 @@ EXAMPLES = r'''
     state: drained
     reason: driver upgrade to 580
     timeout: 7200
+    environment:
+      SLURM_CONF: /etc/slurm/slurm.conf
+      SLURM_JWT: "{{ slurm_jwt }}"
   delegate_to: "{{ slurm_controller }}"
-  environment:
-    SLURM_CONF: /etc/slurm/slurm.conf
 
 - name: Read the node
   gpufleet.lifecycle.slurm_node:
@@ -160,7 +182,7 @@ node:
       type: str
       sample: draining
     reason:
-      description: The reason without Slurm's C([user@time]) suffix, null when none.
+      description: The reason without Slurm's C([user@time]) suffix, control characters escaped, null when none.
       type: str
       sample: "gpufleet: driver upgrade to 580"
     reason_user:
@@ -184,9 +206,15 @@ jobs:
   returned: always
   sample: [{"id": "4711", "user": "alice", "state": "RUNNING", "name": "train-llm"}]
 drained_by_others:
-  description: The node is drained or down with a reason that does not start with C(gpufleet:); the module left it alone.
+  description:
+    - The node is drained or down with a reason that does not start with C(gpufleet:) (or without a reason); unless
+      I(force_reason=true) the module left it alone.
   type: bool
   returned: always
+ours:
+  description: The node's reason was set by this collection (it starts with C(gpufleet:)).
+  type: bool
+  returned: once the node was read
 cmd:
   description: The update the module ran (or, in check mode, would run), an empty list when none.
   type: list
@@ -198,8 +226,10 @@ waited:
   returned: always
 error:
   description:
-    - Why the node could not be read or changed - C(invalid_name), C(node_not_found), C(controller_unreachable), C(authentication_failed),
-      C(slurm_error), C(unreadable), C(timeout).
+    - Why the node could not be read or changed - C(invalid_name), C(invalid_environment), C(node_not_found), C(wrong_node)
+      (C(scontrol) answered about another node), C(controller_unreachable), C(authentication_failed), C(slurm_error), C(unreadable),
+      C(command_timeout) (a Slurm client did not finish within I(command_timeout)), C(timeout) (the node did not reach the state
+      within I(timeout)).
   type: str
   returned: on failure
 '''
@@ -208,10 +238,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
 
 POLL_INTERVAL = 0.5
-ENVIRON = {'LC_ALL': 'C', 'LANG': 'C'}
 
 
 class SlurmNode:
@@ -226,61 +256,67 @@ class SlurmNode:
             self.fail('scontrol was not found on PATH: the Slurm clients are not installed here (package slurm-client)', 'slurm_error')
         self.scontrol = scontrol
         self.squeue = module.params['squeue_path'] or module.get_bin_path('squeue')
+        self.timeout = module.params['command_timeout']
+        try:
+            self.environment = _command.check_environment(module.params['environment'])
+        except ValueError as exc:
+            self.fail('environment: %s' % exc, 'invalid_environment')
 
     def fail(self, msg, error, **extra):
         self.result.update(extra)
-        self.module.fail_json(msg=msg, error=error, **self.result)
+        self.module.fail_json(msg=_command.escape_controls(msg), error=error, **self.result)
+
+    def run(self, argv, what):
+        """Run a Slurm client within command_timeout; fail the task naming it when it fails or hangs."""
+        try:
+            result = _command.run(argv, self.timeout, environment=self.environment)
+        except _command.CommandError as exc:
+            self.fail(str(exc), 'slurm_error')
+        if result['timed_out']:
+            self.fail('%s: %s' % (self.name, _command.describe_timeout(result)), 'command_timeout',
+                      stdout=result['stdout'], stderr=result['stderr'])
+        if result['rc'] != 0:
+            failure = _slurm.classify_error(result['rc'], result['stdout'], result['stderr'])
+            self.fail('%s failed (%s): %s' % (what, failure['error'], failure['message']), failure['error'],
+                      stdout=result['stdout'], stderr=result['stderr'])
+        return result['stdout']
 
     def show(self):
-        argv = [self.scontrol, 'show', 'node', '-o', self.name]
-        rc, stdout, stderr = self.module.run_command(argv, environ_update=ENVIRON)
-        if rc != 0:
-            failure = _slurm.classify_error(rc, stdout, stderr)
-            self.fail('scontrol show node %s failed (%s): %s' % (self.name, failure['error'], failure['message']), failure['error'],
-                      stdout=stdout, stderr=stderr)
+        stdout = self.run([self.scontrol, 'show', 'node', '-o', self.name], 'scontrol show node %s' % self.name)
         try:
-            return _slurm.parse_show_node(stdout)
+            return _slurm.parse_show_node(stdout, self.name)
+        except _slurm.SlurmWrongNodeError as exc:
+            self.fail('%s; not acting on it' % exc, 'wrong_node', stdout=stdout)
         except _slurm.SlurmParseError as exc:
-            self.fail('cannot read scontrol show node %s: %s' % (self.name, exc), 'unreadable', stdout=stdout, stderr=stderr)
+            self.fail('cannot read scontrol show node %s: %s' % (self.name, exc), 'unreadable', stdout=stdout)
         return None
 
     def jobs(self):
         if not self.squeue:
             return []
-        rc, stdout, stderr = self.module.run_command([self.squeue, '-h', '-w', self.name, '-o', _slurm.SQUEUE_FORMAT], environ_update=ENVIRON)
-        if rc != 0:
-            failure = _slurm.classify_error(rc, stdout, stderr)
-            self.fail('squeue -w %s failed (%s): %s' % (self.name, failure['error'], failure['message']), failure['error'])
+        stdout = self.run([self.squeue, '-h', '-w', self.name, '-o', _slurm.SQUEUE_FORMAT], 'squeue -w %s' % self.name)
         try:
             return _slurm.parse_squeue_jobs(stdout)
         except _slurm.SlurmParseError as exc:
-            self.fail('cannot read squeue -w %s: %s' % (self.name, exc), 'unreadable', stdout=stdout, stderr=stderr)
+            self.fail('cannot read squeue -w %s: %s' % (self.name, exc), 'unreadable', stdout=stdout)
         return []
 
     def update(self, arguments):
         argv = [self.scontrol] + arguments
         self.result['cmd'] = argv
-        if self.module.check_mode:
-            self.result['changed'] = True
-            return
-        rc, stdout, stderr = self.module.run_command(argv, environ_update=ENVIRON)
-        if rc != 0:
-            failure = _slurm.classify_error(rc, stdout, stderr)
-            self.fail('%s failed (%s): %s' % (' '.join(argv[1:]), failure['error'], failure['message']), failure['error'],
-                      stdout=stdout, stderr=stderr)
         self.result['changed'] = True
+        if not self.module.check_mode:
+            self.run(argv, ' '.join(arguments))
 
-    def wait(self, done, what, timeout):
+    def wait(self, wait, previous, timeout):
         start = time.monotonic()
         node = self.show()
-        while not done(node):
+        while not _slurm.wait_done(wait, node, previous):
             if time.monotonic() - start >= timeout:
                 self.result['waited'] = round(time.monotonic() - start, 1)
                 self.result['node'] = node
                 self.result['jobs'] = self.jobs()
-                still = ' (DRAINING, jobs still running: %s)' % _slurm.describe_jobs(self.result['jobs']) if node['drain_state'] == 'draining' else ''
-                self.fail('%s: not %s after %s s; state %s%s; the node is left as it is' % (self.name, what, timeout, node['state'], still),
-                          'timeout')
+                self.fail(_slurm.describe_wait_timeout(wait, node, previous, timeout, self.result['jobs']), 'timeout')
             time.sleep(POLL_INTERVAL)
             node = self.show()
         self.result['waited'] = round(time.monotonic() - start, 1)
@@ -299,7 +335,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             name=dict(type='str', required=True),
-            state=dict(type='str', default='present', choices=['present', 'drained', 'resumed', 'rebooted']),
+            state=dict(type='str', default='present', choices=list(_slurm.STATES)),
             reason=dict(type='str'),
             force_reason=dict(type='bool', default=False),
             wait=dict(type='bool', default=True),
@@ -307,6 +343,8 @@ def main():
             nextstate=dict(type='str', default='resume', choices=['resume', 'down']),
             scontrol_path=dict(type='path'),
             squeue_path=dict(type='path'),
+            environment=dict(type='dict', default={}, no_log=True),
+            command_timeout=dict(type='int', default=30),
         ),
         required_if=[('state', 'drained', ['reason']), ('state', 'rebooted', ['reason'])],
         supports_check_mode=True,
@@ -315,42 +353,29 @@ def main():
     try:
         name = _slurm.check_node_name(params['name'])
     except ValueError as exc:
-        module.fail_json(msg=str(exc), error='invalid_name', changed=False, cmd=[], jobs=[], drained_by_others=False, waited=0.0)
+        module.fail_json(msg=_command.escape_controls(str(exc)), error='invalid_name', changed=False, cmd=[], jobs=[],
+                         drained_by_others=False, waited=0.0)
+    if params['command_timeout'] < 1:
+        module.fail_json(msg='command_timeout must be at least 1 second, got %s' % params['command_timeout'], error='invalid_timeout',
+                         changed=False)
     state = params['state']
     reason = _reason(module) if state in ('drained', 'rebooted') else None
     slurm = SlurmNode(module, name)
     previous = slurm.show()
     slurm.result.update(previous=previous, node=previous, jobs=slurm.jobs())
-    others = _slurm.held_by_others(previous) and not params['force_reason']
-    wait = params['wait'] and not module.check_mode
-    done = None
-
-    if state == 'present':
-        slurm.result['drained_by_others'] = _slurm.held_by_others(previous)
-    elif others:
-        slurm.result['drained_by_others'] = True
-        slurm.result['msg'] = '%s is %s with reason %r set by others; left alone (force_reason=true acts anyway)' % (
-            name, previous['state'], previous['reason'])
-    elif state == 'drained':
-        if 'DRAIN' not in previous['flags'] or (params['force_reason'] and previous['reason'] != reason):
-            slurm.update(['update', 'NodeName=%s' % name, 'State=DRAIN', 'Reason=%s' % reason])
-        done = (_slurm.drain_done, 'DRAINED')
-    elif state == 'resumed':
-        if not _slurm.resume_done(previous) and ('DRAIN' in previous['flags'] or previous['base_state'] == 'DOWN'):
-            slurm.update(['update', 'NodeName=%s' % name, 'State=RESUME'])
-        done = (_slurm.resume_done, 'resumed (no DRAIN flag, responding)')
-    elif state == 'rebooted':
-        if not _slurm.reboot_pending(previous):
-            slurm.update(['reboot', 'ASAP', 'nextstate=%s' % params['nextstate'].upper(), 'reason=%s' % reason, name])
-        boot_time = previous['boot_time']
-        done = (lambda node: _slurm.reboot_done(node, boot_time), 'rebooted (BootTime after %s, no REBOOT_* flag)' % boot_time)
+    decision = _slurm.decide(previous, state, reason=reason, force_reason=params['force_reason'], nextstate=params['nextstate'])
+    slurm.result.update(drained_by_others=decision['drained_by_others'], ours=decision['ours'])
+    if decision['msg']:
+        slurm.result['msg'] = decision['msg']
+    if decision['update']:
+        slurm.update(decision['update'])
 
     if module.check_mode:
         if slurm.result['changed']:
-            slurm.result['msg'] = 'check mode: would run %s' % ' '.join(slurm.result['cmd'][1:])
+            slurm.result['msg'] = 'check mode: would run %s' % _command.render(slurm.result['cmd'][1:])
         module.exit_json(**slurm.result)
-    if done is not None and wait:
-        slurm.result['node'] = slurm.wait(done[0], done[1], params['timeout'])
+    if decision['wait'] and params['wait']:
+        slurm.result['node'] = slurm.wait(decision['wait'], previous, params['timeout'])
     elif slurm.result['changed']:
         slurm.result['node'] = slurm.show()
     slurm.result['jobs'] = slurm.jobs()

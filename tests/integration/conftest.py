@@ -7,6 +7,7 @@ Each test host is a local-connection host with its own folder of stand-in tools
 first on PATH; the stand-ins print real captured outputs (tests/unit/fixtures/real-outputs).
 """
 
+import datetime
 import json
 import os
 import re
@@ -31,6 +32,21 @@ def real(*parts):
     if not os.path.exists(path):
         raise FileNotFoundError(path)
     return path
+
+
+def alive(pid):
+    """True while process ``pid`` runs (a zombie does not count): what a killed stand-in must not be."""
+    try:
+        with open('/proc/%d/stat' % pid, encoding='utf-8') as handle:
+            return handle.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False
+
+
+def pids_alive(pid_file):
+    """The processes of a hung stand-in's ``pid_file`` (see stand_in.py) that still run."""
+    with open(pid_file, encoding='utf-8') as handle:
+        return [int(pid) for pid in handle.read().split() if alive(int(pid))]
 
 
 class Host:
@@ -136,6 +152,18 @@ class PlayResult:
     @property
     def stats(self):
         return self.document['stats']
+
+    def seconds(self, name):
+        """How long the task called ``name`` ran, from its start to its last host's result (last play that has it)."""
+        found = None
+        for play in self.document['plays']:
+            for task in play['tasks']:
+                if task['task']['name'] == name:
+                    found = task['task']['duration']
+        if found is None:
+            raise AssertionError('no task named %r' % name)
+        start, end = (datetime.datetime.strptime(found[key], '%Y-%m-%dT%H:%M:%S.%fZ') for key in ('start', 'end'))
+        return (end - start).total_seconds()
 
 
 def run_playbook(playbook, inventory, *arguments):

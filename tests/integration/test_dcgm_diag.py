@@ -5,7 +5,7 @@
 
 import os
 
-from conftest import real, run_playbook
+from conftest import pids_alive, real, run_playbook
 
 PLAY = os.path.join(os.path.dirname(__file__), 'playbooks', 'dcgm_diag.yml')
 DCGM4_FAIL = 'dcgmi-diag-r1-json_dcgm4.2.3_580.82.09_gb10-dgx-spark_software-fail.json'
@@ -62,3 +62,32 @@ def test_dcgm_diag(fleet):
     assert check['cmd'][1:] == ['diag', '-r', 'memory,pcie', '-i', '0,1', '--timeout', '900', '-j']
     # Two real runs per host, none in check mode.
     assert fleet.hosts['dcgm3-pass'].calls('dcgmi') == [['diag', '-r', '1', '-j'], ['diag', '-r', '1', '-j']]
+
+
+LIMITS_PLAY = os.path.join(os.path.dirname(__file__), 'playbooks', 'dcgm_diag_limits.yml')
+
+
+def test_a_hung_dcgmi_is_killed_and_odd_bytes_are_a_result(fleet, tmp_path):
+    pids = str(tmp_path / 'dcgmi.pids')
+    fleet.host('hung').tool('dcgmi', {'args': ['diag'], 'stdout': 'Successfully ran diagnostic for group.\n', 'hang': 300,
+                                      'hang_child': True, 'pid_file': pids})
+    with open(real('dcgmi', DCGM4_FAIL), 'rb') as handle:
+        document = handle.read()
+    # A byte that is not UTF-8 and a terminal escape inside the diagnostic's message.
+    odd = document.replace(b'Persistence mode for GPU 0 is disabled', b'Persistence mode for GPU 0 is dis\xffabled\\u001b[2J', 1)
+    assert odd != document
+    fleet.host('odd-bytes').tool('dcgmi', {'args': ['diag'], 'stdout_hex': odd.hex(), 'rc': 226})
+    result = run_playbook(LIMITS_PLAY, fleet.inventory())
+    assert result.seconds('Level 1 diagnostic with a short process limit') < 3 + 12
+    outcome = result.task('Level 1 diagnostic with a short process limit')
+
+    hung = outcome['hung']
+    assert hung['failed'] and hung['reason'] == 'dcgmi_hung'
+    assert hung['msg'] == '%s/dcgmi diag -r 1 -j did not finish within 3 s and was killed (with its process group)' % fleet.hosts['hung'].bin
+    assert hung['stdout'] == 'Successfully ran diagnostic for group.\n'
+    assert pids_alive(pids) == []
+
+    failed = outcome['odd-bytes']
+    assert failed['failed'] and failed['passed'] is False and failed['schema'] == '4'
+    assert 'Persistence mode for GPU 0 is dis\ufffdabled\\x1b[2J' in failed['failures'][0]['message']
+    assert '\x1b' not in failed['msg'] and 'dis\ufffdabled\\x1b[2J' in failed['msg']

@@ -399,3 +399,31 @@ def test_slurm_drain_defer_quarantine_and_resume(slurm):
     assert sim.node_reason(slurm.env, 'gpu-02') == 'admin: bad DIMM' and 'DRAIN' in slurm.node('gpu-02')['State']
     for name in ('gpu-01', 'gpu-03'):
         assert 'DRAIN' not in slurm.node(name)['State'] and sim.node_reason(slurm.env, name) is None
+
+
+def test_slurm_secrets_never_appear_at_vvv(slurm, tmp_path):
+    """A token in node_drain_slurm_environment reaches the Slurm clients and is printed nowhere, also at -vvv."""
+    jwt = 'gpufleet-jwt-marker-%d' % os.getpid()
+    other = 'gpufleet-other-secret-%d' % os.getpid()
+    inventory = str(tmp_path / 'secrets.json')
+    common = {'ansible_connection': 'local', 'ansible_pipelining': True, 'ansible_python_interpreter': sys.executable,
+              'node_drain_scheduler': 'slurm', 'node_drain_delegate_to': 'gpu-01'}
+    hosts = {
+        # Debian's Slurm has no auth/jwt plugin: with SLURM_JWT set the clients fail to authenticate, which shows the token got there.
+        'gpu-02': {'node_drain_action': 'status', 'node_drain_slurm_environment': {'SLURM_CONF': slurm.env['SLURM_CONF'], 'SLURM_JWT': jwt}},
+        'gpu-03': {'node_drain_action': 'cordon', 'node_drain_slurm_environment': {'SLURM_CONF': slurm.env['SLURM_CONF'], 'SITE_TOKEN': other}},
+    }
+    with open(inventory, 'w', encoding='utf-8') as handle:
+        json.dump({'all': {'vars': common, 'hosts': hosts}}, handle)
+    environment = ansible_environment()
+    environment['ANSIBLE_STDOUT_CALLBACK'] = 'ansible.builtin.default'
+    try:
+        process = subprocess.run(['ansible-playbook', '-vvv', '-i', inventory, PLAY], env=environment, cwd=ROOT,
+                                 capture_output=True, text=True, check=False, timeout=600)
+        output = process.stdout + process.stderr
+        assert jwt not in output and other not in output
+        # The -vvv output is there (module runs, their results), only the secrets are not.
+        assert 'EXEC' in output and '"error": "authentication_failed"' in output and 'Protocol authentication error' in output
+        assert 'DRAIN' in slurm.node('gpu-03')['State'] and slurm.sim.node_reason(slurm.env, 'gpu-03') == 'gpufleet: cordoned maintenance'
+    finally:
+        slurm.sim.scontrol(slurm.env, 'update', 'NodeName=gpu-03', 'State=RESUME')

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import SlurmCluster, require_root, run_playbook, slurm_cluster_up
+from conftest import ROOT, Host, SlurmCluster, pids_alive, require_root, run_playbook, slurm_cluster_up
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # slurm_sim (tests/sim/slurm) is on sys.path through conftest.
@@ -23,6 +23,8 @@ import slurm_sim  # noqa: E402  pylint: disable=wrong-import-position,import-err
 
 PLAYBOOKS = os.path.join(HERE, 'playbooks')
 NODES = ['gpu-01', 'gpu-02', 'gpu-03', 'gpu-04']
+# A real scontrol show node -o line about gpu-03 (tests/unit/fixtures/slurm, with its .source.txt).
+SHOW_GPU_03 = os.path.join(ROOT, 'tests', 'unit', 'fixtures', 'slurm', 'show-node_idle.txt')
 
 
 @pytest.fixture(autouse=True, scope='module')
@@ -163,3 +165,37 @@ def test_timeout_while_draining_names_the_job_and_leaves_the_node_draining(clust
         assert 'Unable to contact slurm controller' in dead_result['msg']
     finally:
         slurm_sim.run_client(cluster.env, ['scancel', job], check=False)
+
+
+def test_latin1_reason_hung_client_and_an_answer_about_another_node(cluster):
+    # An admin whose terminal sends Latin-1: the reason reaches Slurm as bytes that are not UTF-8.
+    slurm_sim.run_client(cluster.env, [b'scontrol', b'update', b'NodeName=gpu-02', b'State=DRAIN', b'Reason=Wartung L\xfcfter'])
+    tools = Host(cluster.base, 'tools')
+    pids = os.path.join(cluster.base, 'scontrol.pids')
+    tools.tool('scontrol', {'args': ['show'], 'hang': 300, 'hang_child': True, 'pid_file': pids})
+    hung = os.path.join(tools.bin, 'scontrol')
+    liar = Host(cluster.base, 'liar').tool('scontrol', {'args': ['show', 'node'], 'stdout_file': SHOW_GPU_03}, {'args': [], 'rc': 0})
+    try:
+        result = cluster.play('slurm_node_odd.yml', 'gpu-02', hung_scontrol=hung, other_scontrol=os.path.join(liar.bin, 'scontrol'))
+
+        read = result.task('Read a node with a Latin-1 reason')['localhost']
+        assert not read.get('failed') and read['node']['reason'] == 'Wartung L\\xfcfter' and read['node']['state'] == 'IDLE+DRAIN'
+        assert read['drained_by_others'] is True and read['ours'] is False
+        drain = result.task('Drain a node with a Latin-1 reason')['localhost']
+        assert drain['changed'] is False and drain['cmd'] == [] and drain['drained_by_others'] is True
+        assert drain['msg'] == "gpu-02 is IDLE+DRAIN with reason 'Wartung L\\\\xfcfter' set by others; left alone (force_reason=true acts anyway)"
+
+        stuck = result.task('Read through an scontrol that hangs')['localhost']
+        assert stuck['failed'] and stuck['error'] == 'command_timeout'
+        assert stuck['msg'] == 'gpu-02: %s show node -o gpu-02 did not finish within 3 s and was killed (with its process group)' % hung
+        assert result.seconds('Read through an scontrol that hangs') < 3 + 10
+        assert pids_alive(pids) == []
+
+        other = result.task('Drain through an scontrol that answers about another node')['localhost']
+        assert other['failed'] and other['error'] == 'wrong_node' and other['changed'] is False
+        assert other['msg'] == 'scontrol show node gpu-02 answered about node gpu-03; not acting on it'
+        # It read, and did nothing else: no update, no squeue.
+        assert liar.calls('scontrol') == [['show', 'node', '-o', 'gpu-02']]
+    finally:
+        slurm_sim.scontrol(cluster.env, 'update', 'NodeName=gpu-02', 'State=RESUME')
+    assert slurm_sim.node_reason(cluster.env, 'gpu-02') is None

@@ -21,7 +21,9 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._dcgm import (
     parse_diag_json,
     parse_diag_text,
     parse_version_banner,
+    process_timeout,
 )
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._command import to_text
 
 from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import read_real_output
 
@@ -788,3 +790,41 @@ def test_text_4x_entity_warning_synthetic():
 def test_text_bad_input(text, pattern):
     with pytest.raises(DcgmParseError, match=pattern):
         parse_diag_text(text)
+
+
+# --------------------------------------------------------------------------- odd bytes and time limits
+
+def test_a_document_with_an_invalid_byte_is_still_read():
+    # dcgm_diag decodes dcgmi's output with U+FFFD (a backslash escape would break the JSON string).
+    data = _read(GB10_JSON, 'rb').replace(b'Persistence mode for GPU 0 is disabled', b'Persistence mode for GPU 0 is dis\xffabled', 1)
+    assert b'\xff' in data
+    document = parse_diag_json(to_text(data, errors='replace'))
+    assert 'Persistence mode for GPU 0 is dis\ufffdabled.' in document['failures'][0]['message']
+
+
+def test_control_characters_in_diagnostic_messages_are_escaped():
+    document = json.loads(_read(GB10_JSON))
+    text = json.dumps(document).replace('Persistence mode for GPU 0 is disabled', 'Persistence mode \\u001b[2J for GPU 0 is disabled')
+    parsed = parse_diag_json(text)
+    assert 'Persistence mode \\x1b[2J for GPU 0 is disabled.' in parsed['failures'][0]['message']
+    assert '\x1b' not in parsed['failures'][0]['message']
+
+
+@pytest.mark.parametrize('run, timeout, command_timeout, expected', [
+    (1, None, None, 600),
+    (2, None, None, 1800),
+    (3, None, None, 5400),
+    (4, None, None, 10800),
+    (['memory', 'pcie'], None, None, 5400),
+    (3, 900, None, 1020),
+    (3, 900, 30, 30),
+    (1, None, 5, 5),
+])
+def test_process_timeout(run, timeout, command_timeout, expected):
+    assert process_timeout(run, timeout=timeout, command_timeout=command_timeout) == expected
+
+
+@pytest.mark.parametrize('timeout, command_timeout', [(0, None), (None, 0), (None, -5), (True, None), ('x', None)])
+def test_process_timeout_refuses_bad_limits(timeout, command_timeout):
+    with pytest.raises(ValueError, match='whole number of seconds'):
+        process_timeout(1, timeout=timeout, command_timeout=command_timeout)

@@ -109,3 +109,58 @@ def test_module_loaded_matches_whole_name():
     assert module_loaded(MODULES, 'nvidia')
     assert not module_loaded(MODULES, 'nvidia_drm')
     assert not module_loaded(None, 'nouveau')
+
+
+def hung(command, timeout, stdout='', stderr=''):
+    """What _command.run returns for a command killed at its deadline."""
+    return {'path': '/usr/bin/nvidia-smi', 'rc': None, 'stdout': stdout, 'stderr': stderr, 'timed_out': True,
+            'command': command, 'timeout': timeout}
+
+
+def test_a_hung_nvidia_smi_makes_the_node_broken_not_absent():
+    facts = assemble({'nvidia_smi': hung('/usr/bin/nvidia-smi -q -x', 60), 'proc_modules': MODULES, 'proc_driver_version': PROC_VERSION_OPEN})
+    assert facts['health'] == 'broken' and facts['health_reason'] == 'nvidia_smi_hung'
+    assert facts['health_message'].startswith('/usr/bin/nvidia-smi -q -x did not finish within 60 s and was killed')
+    assert facts['gpus'] == [] and facts['driver_version'] is None
+    # The loaded module is still reported: the node has a driver, it just does not answer.
+    assert facts['kernel_module_version'] == '570.124.06'
+
+
+def test_a_hung_nvidia_smi_is_hung_even_with_partial_output():
+    facts = assemble({'nvidia_smi': hung('/usr/bin/nvidia-smi -q -x', 5, stdout=read(T4)[:300])})
+    assert facts['health_reason'] == 'nvidia_smi_hung'
+
+
+def test_a_package_listing_that_hung_is_a_package_error():
+    listing = dict(hung("/usr/bin/dpkg-query -W -f '${Package}'", 120), manager='dpkg')
+    facts = assemble({'nvidia_smi': smi(read(T4)), 'packages': listing})
+    assert facts['packages'] == {} and facts['package_manager'] == 'dpkg'
+    assert facts['package_error'] == ("package listing did not finish: /usr/bin/dpkg-query -W -f '${Package}' did not finish within 120 s "
+                                      "and was killed (with its process group)")
+    assert facts['health'] == 'ok'
+
+
+def test_invalid_bytes_in_a_package_name_do_not_lose_the_listing():
+    # dpkg-query output as _command.run decodes it: the mangled byte kept as \xff.
+    stdout = 'nvidia-driver-535\t535.129.03-0ubuntu1\tii \nnvidia-\\xffutils\t1.0\tii \nbash\t5.2\tii \n'
+    facts = assemble({'nvidia_smi': smi(read(T4)), 'packages': {'manager': 'dpkg', 'rc': 0, 'stdout': stdout, 'stderr': ''}})
+    assert facts['packages'] == {'nvidia-driver-535': '535.129.03-0ubuntu1', 'nvidia-\\xffutils': '1.0'}
+    assert facts['package_error'] is None
+
+
+def test_control_characters_of_a_tool_are_escaped_in_messages():
+    facts = assemble({'nvidia_smi': smi('', rc=9, stderr='NVIDIA-SMI has failed\x1b[2J\x1b]0;pwned\x07 because it couldn\'t communicate '
+                                        'with the NVIDIA driver\n')})
+    assert facts['health_reason'] == 'driver_unreachable'
+    assert '\x1b' not in facts['health_message'] and '\\x1b[2J\\x1b]0;pwned\\x07' in facts['health_message']
+    listing = {'manager': 'rpm', 'rc': 1, 'stdout': '', 'stderr': 'error: rpmdb: \x1b[31mBDB0113\n'}
+    assert assemble({'packages': listing})['package_error'] == 'package listing failed (rc=1): error: rpmdb: \\x1b[31mBDB0113'
+
+
+def test_nvidia_smi_output_with_invalid_bytes_is_still_read():
+    # A corrupted byte in a product name: nvidia-smi's XML as _command.run decodes it (backslash escape, still XML).
+    document = read(T4).replace('Tesla T4', 'Tesla T4\\xff')
+    facts = assemble({'nvidia_smi': smi(document)})
+    assert facts['health'] == 'ok' and facts['gpus'][0]['name'] == 'Tesla T4\\xff'
+    facts = assemble({'nvidia_smi': smi(read(T4).encode('utf-8').replace(b'Tesla T4', b'Tesla T4\xff'))})
+    assert facts['health'] == 'ok' and facts['gpus'][0]['name'] == 'Tesla T4\\xff'

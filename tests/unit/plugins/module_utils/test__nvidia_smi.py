@@ -521,3 +521,14 @@ def test_kernel_errors_other_forms(text, expected):
 ])
 def test_parse_proc_driver_version(text, expected):
     assert parse_proc_driver_version(text) == expected
+
+
+def test_a_corrupted_kernel_log_line_is_read_with_escapes():
+    # A real Xid report with a flipped byte and a terminal escape spliced in (what a torn /dev/kmsg read gives).
+    data = _read('errors', 'xid_dmesg-ctime_13-109_gpud-pr46.txt', 'rb')
+    lines = data.splitlines()
+    index = next(i for i, line in enumerate(lines) if b'NVRM: Xid' in line)
+    lines[index] = lines[index].replace(b'NVRM: Xid', b'\xff\x1b[2J NVRM: Xid', 1)
+    found = find_kernel_gpu_errors(b'\n'.join(lines))
+    assert [(item['kind'], item['xid']) for item in found] == [('xid', 13), ('xid', 13), ('xid', 13), ('xid', 109)]
+    assert '\\xff\\x1b[2J NVRM: Xid' in found[0]['line'] and '\x1b' not in found[0]['line']

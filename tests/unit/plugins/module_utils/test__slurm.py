@@ -194,3 +194,135 @@ def test_reasons():
         with pytest.raises(ValueError):
             _slurm.gpufleet_reason(bad)
     assert not _slurm.is_gpufleet_reason(None) and not _slurm.is_gpufleet_reason('admin: gpufleet: no')
+
+
+# --------------------------------------------------------------------------- what the module reads
+
+def raw_fixture(name):
+    with open(os.path.join(FIXTURES, name), 'rb') as handle:
+        return handle.read()
+
+
+def test_a_latin1_reason_is_read_with_escapes_and_belongs_to_others():
+    data = raw_fixture('show-node_idle-drain-latin1-reason.bin')
+    with pytest.raises(UnicodeDecodeError):
+        data.decode('utf-8')
+    parsed = _slurm.parse_show_node(data, 'gpu-02')
+    assert parsed['reason'] == 'Wartung L\\xfcfter' and parsed['reason_user'] == 'root'
+    assert parsed['Reason'] == 'Wartung L\\xfcfter [root@2026-11-24T06:13:37]'
+    assert parsed['state'] == 'IDLE+DRAIN' and _slurm.held_by_others(parsed)
+
+
+def test_control_characters_in_a_reason_are_escaped():
+    parsed = _slurm.parse_show_node('NodeName=n1 State=IDLE+DRAIN Reason=x\x1b[2Jy [bob@2026-01-02T03:04:05]')
+    assert parsed['reason'] == 'x\\x1b[2Jy'
+
+
+@pytest.mark.parametrize('asked', ['gpu-01', 'gpu-0', 'gpu-033', 'GPU-03'])
+def test_an_answer_about_another_node_is_refused(asked):
+    with pytest.raises(_slurm.SlurmWrongNodeError, match='scontrol show node %s answered about node gpu-03' % asked):
+        _slurm.parse_show_node(fixture('show-node_idle.txt'), asked)
+    assert _slurm.parse_show_node(fixture('show-node_idle.txt'), 'gpu-03')['name'] == 'gpu-03'
+
+
+# --------------------------------------------------------------------------- the decision
+
+OURS = 'gpufleet: drained maintenance'
+
+
+@pytest.mark.parametrize('name', ['idle-drain-admin', 'down-drain', 'down-admin', 'idle-drain-latin1-reason'])
+@pytest.mark.parametrize('state', ['drained', 'resumed', 'rebooted'])
+def test_a_node_an_admin_set_down_or_drained_is_left_alone(name, state):
+    parsed = _slurm.parse_show_node(raw_fixture('show-node_%s.%s' % (name, 'bin' if 'latin1' in name else 'txt')))
+    decision = _slurm.decide(parsed, state, reason=OURS)
+    # No update, nothing to wait for: the node stays as the admin left it.
+    assert decision['update'] == [] and decision['wait'] is None
+    assert decision['drained_by_others'] is True and decision['ours'] is False
+    assert decision['msg'].startswith('%s is %s with reason ' % (parsed['name'], parsed['state']))
+    assert decision['msg'].endswith(' set by others; left alone (force_reason=true acts anyway)')
+
+
+def test_admin_down_without_drain_is_held():
+    parsed = node('down-admin')
+    assert parsed['state'] == 'DOWN' and parsed['flags'] == [] and parsed['reason'] == 'admin: PSU swap'
+    assert _slurm.held_by_others(parsed)
+
+
+def test_a_held_node_without_a_reason_is_not_ours_either():
+    parsed = _slurm.parse_show_node('NodeName=n1 State=DOWN BootTime=None')
+    assert _slurm.decide(parsed, 'resumed')['update'] == [] and _slurm.decide(parsed, 'resumed')['drained_by_others']
+
+
+def test_force_reason_acts_on_a_node_held_by_others():
+    admin = node('idle-drain-admin')
+    assert _slurm.decide(admin, 'drained', reason=OURS, force_reason=True) == {
+        'update': ['update', 'NodeName=gpu-03', 'State=DRAIN', 'Reason=' + OURS], 'wait': 'drained',
+        'drained_by_others': False, 'ours': False, 'msg': None}
+    assert _slurm.decide(admin, 'resumed', force_reason=True)['update'] == ['update', 'NodeName=gpu-03', 'State=RESUME']
+    down = node('down-admin')
+    assert _slurm.decide(down, 'rebooted', reason=OURS, force_reason=True, nextstate='down')['update'] == [
+        'reboot', 'ASAP', 'nextstate=DOWN', 'reason=' + OURS, 'gpu-02']
+
+
+def test_present_only_reads():
+    assert _slurm.decide(node('idle-drain-admin'), 'present') == {'update': [], 'wait': None, 'drained_by_others': True, 'ours': False,
+                                                                  'msg': None}
+    assert _slurm.decide(node('mixed-drain'), 'present') == {'update': [], 'wait': None, 'drained_by_others': False, 'ours': True,
+                                                             'msg': None}
+
+
+def test_drain_an_undrained_node_then_wait_until_drained():
+    idle = node('idle')
+    decision = _slurm.decide(idle, 'drained', reason=OURS)
+    assert decision['update'] == ['update', 'NodeName=gpu-03', 'State=DRAIN', 'Reason=' + OURS] and decision['wait'] == 'drained'
+    assert not decision['drained_by_others'] and not decision['ours']
+    assert not _slurm.wait_done('drained', node('mixed-drain'), idle)
+    assert _slurm.wait_done('drained', node('idle-drain-reboot-requested'), idle)
+
+
+def test_a_node_drained_by_gpufleet_keeps_its_reason_and_is_not_updated_again():
+    draining = node('mixed-drain')
+    decision = _slurm.decide(draining, 'drained', reason='gpufleet: quarantined xid 79')
+    assert decision['update'] == [] and decision['wait'] == 'drained' and decision['ours']
+    # force_reason replaces a different reason of ours.
+    assert _slurm.decide(draining, 'drained', reason='gpufleet: quarantined xid 79', force_reason=True)['update'][-1] == \
+        'Reason=gpufleet: quarantined xid 79'
+
+
+def test_resume_only_what_is_drained_or_down():
+    assert _slurm.decide(node('mixed-drain'), 'resumed')['update'] == ['update', 'NodeName=gpu-01', 'State=RESUME']
+    assert _slurm.decide(node('down-drain-reboot-issued'), 'resumed')['update'][2] == 'State=RESUME'
+    idle = _slurm.decide(node('idle'), 'resumed')
+    assert idle['update'] == [] and idle['wait'] == 'resumed'
+    # Not responding yet (just resumed): no second RESUME, wait until it responds.
+    waking = _slurm.decide(node('idle-not-responding'), 'resumed')
+    assert waking['update'] == [] and not _slurm.wait_done('resumed', node('idle-not-responding'), node('idle'))
+    assert _slurm.wait_done('resumed', node('idle'), node('mixed-drain'))
+
+
+def test_reboot_once_and_wait_for_the_new_boot_time():
+    idle = node('idle')
+    decision = _slurm.decide(idle, 'rebooted', reason='gpufleet: kernel update')
+    assert decision['update'] == ['reboot', 'ASAP', 'nextstate=RESUME', 'reason=gpufleet: kernel update', 'gpu-03']
+    assert decision['wait'] == 'rebooted'
+    requested = node('allocated-drain-reboot-requested')
+    assert _slurm.decide(requested, 'rebooted', reason='gpufleet: kernel update')['update'] == []
+    assert not _slurm.wait_done('rebooted', node('down-drain-reboot-issued'), requested)
+    assert _slurm.wait_done('rebooted', node('idle-rebooted'), requested)
+    assert _slurm.describe_wait('rebooted', requested) == 'rebooted (BootTime after %s, no REBOOT_* flag)' % requested['boot_time']
+
+
+def test_decide_refuses_what_the_module_never_asks():
+    with pytest.raises(ValueError, match='unknown state'):
+        _slurm.decide(node('idle'), 'absent')
+    with pytest.raises(ValueError, match='reason is required'):
+        _slurm.decide(node('idle'), 'drained')
+    with pytest.raises(ValueError, match='nothing to wait for'):
+        _slurm.wait_done(None, node('idle'), node('idle'))
+
+
+def test_a_wait_that_ran_out_names_the_jobs_with_control_characters_escaped():
+    jobs = [{'id': '7', 'user': 'alice', 'state': 'RUNNING', 'name': 'evil\x1b]0;x\x07'}]
+    message = _slurm.describe_wait_timeout('drained', node('mixed-drain'), node('idle'), 3, jobs)
+    assert message == ('gpu-01: not DRAINED after 3 s; state MIXED+DRAIN (DRAINING, jobs still running: 7 (alice, evil\\x1b]0;x\\x07, '
+                       'RUNNING)); the node is left as it is')
