@@ -35,6 +35,7 @@ DPKG_ARCHES = frozenset((
     'kfreebsd-amd64', 'kfreebsd-i386',
 ))
 
+
 def parse_rpm_qa(text):
     """Parse ``rpm -qa`` NEVRA lines (parsed from the right).
 
@@ -54,7 +55,6 @@ def parse_rpm_qa(text):
         entry['_evr'] = _evr(entry['epoch'] or 0, entry['version'], entry['release'])
         _keep_highest(result, name, entry, entry['_evr'])
     return _strip_private(result)
-
 
 
 def _ruler_widths(line):
@@ -173,7 +173,6 @@ def parse_dpkg_l(text):
             'package': name.split(':', 1)[0],
         }
     return result
-
 
 
 _APT_PKG_RE = re.compile(r'\s*([^\s,():]+)(?::([^\s,():]+))? \(([^()]*)\)\s*(,|$)')
