@@ -11,6 +11,7 @@ Run it through ``tests/sim/fleet``::
     tests/sim/fleet fault gpu-03 clear
     tests/sim/fleet exec gpu-03 -- nvidia-smi -q -x
     tests/sim/fleet down                                 # stops every process and container it started
+    tests/sim/fleet up --nodes 2 --bmc                   # plus a Redfish BMC per node (tests/sim/redfish/README.md)
 
 Everything lives under the state folder (default ``build/sim`` of the checkout): the generated SSH key,
 per-node files bind-mounted into the nodes, the inventory, Slurm's and the Kubernetes API's state.
@@ -22,6 +23,7 @@ provisioned with a driver branch, is cached the same way.
 from __future__ import annotations
 
 import argparse
+import base64
 import concurrent.futures
 import contextlib
 import fcntl
@@ -29,12 +31,17 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
+import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -50,7 +57,7 @@ import kube_fleet  # noqa: E402  pylint: disable=wrong-import-position
 NODE_NAME = re.compile(r'^[a-z][a-z0-9-]{0,40}$')
 LABEL = 'io.gpufleet.sim'
 IMAGE_REPO = 'localhost/gpufleet-sim-node'
-HOST_PACKAGES = ('podman', 'runc', 'mmdebstrap', 'uidmap', 'openssh-client')
+HOST_PACKAGES = ('podman', 'runc', 'mmdebstrap', 'uidmap', 'openssh-client', 'openssl')
 IMAGE_PACKAGES = ('python3', 'python3-apt', 'systemd', 'systemd-sysv', 'dbus', 'sudo', 'openssh-server', 'iproute2', 'procps')
 CONTAINERS_CONF = """[containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
@@ -76,6 +83,10 @@ PROVISION = {
 }
 FABRIC_MANAGER = {'550': ('nvidia-fabricmanager-550', '550.127.05-1'), '580': ('nvidia-fabricmanager-580', '580.65.06-1')}
 KERNEL = 'linux-image-6.1.0-26-amd64'
+# The simulated BMCs (``up --bmc``): one HTTPS Redfish service per node, ports from the same registry as SSH.
+BMC_BASE_PORT = 22600
+BMC_USER = 'admin'
+BMC_SERVER = os.path.join(HERE, 'redfish', 'redfish_bmc.py')
 
 
 class FleetError(Exception):
@@ -98,13 +109,25 @@ def run(argv, check=True, capture=True, env=None, timeout=None, input_text=None)
 
 
 def port_is_free(port):
-    """True when nothing holds ``port`` on 127.0.0.1 right now (a bind succeeds)."""
+    """True when nothing holds ``port`` on 127.0.0.1 right now (a bind succeeds).
+
+    SO_REUSEADDR, as sshd and the BMC set it: connections of a stopped server left in TIME_WAIT (up to a minute)
+    do not make its port look busy, while a live listener still does.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(('127.0.0.1', port))
         except OSError:
             return False
     return True
+
+
+def port_listened(port):
+    """True when something accepts connections on 127.0.0.1:``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2)
+        return probe.connect_ex(('127.0.0.1', port)) == 0
 
 
 def pick_ports(count, base, taken, is_free, span=SSH_PORT_SPAN):
@@ -150,10 +173,11 @@ def port_registry(path=None):
 
 
 def fleet_ports(state_dir):
-    """The SSH ports the fleet in ``state_dir`` has handed to its nodes (empty when there is no such fleet)."""
+    """The SSH (and BMC) ports the fleet in ``state_dir`` has handed to its nodes (empty when there is no such fleet)."""
     try:
         with open(os.path.join(state_dir, 'fleet.json'), encoding='utf-8') as handle:
-            return set(spec['ssh_port'] for spec in json.load(handle).get('nodes', {}).values())
+            nodes = json.load(handle).get('nodes', {}).values()
+            return set(spec['ssh_port'] for spec in nodes) | set(spec['bmc_port'] for spec in nodes if spec.get('bmc_port'))
     except (OSError, ValueError, KeyError, TypeError):
         return set()
 
@@ -383,7 +407,8 @@ class Fleet:
 
     # ------------------------------------------------------------------ commands
 
-    def up(self, count, scheduler, branch, profile, prefix, fabric_manager=None, base_port=SSH_BASE_PORT):
+    def up(self, count, scheduler, branch, profile, prefix, fabric_manager=None, base_port=SSH_BASE_PORT, bmc=False,
+           bmc_base_port=BMC_BASE_PORT):
         if count < 1 or count > 64:
             raise FleetError('--nodes must be between 1 and 64')
         if not NODE_NAME.match(prefix + '01'):
@@ -425,6 +450,8 @@ class Fleet:
             self.slurm_up(config)
         elif scheduler in ('kubernetes', 'runai'):
             self.kube_up(config)
+        if bmc or config.get('bmc'):
+            self.bmc_up(config, bmc_base_port)
         inventory = self.write_inventory(config, key)
         log('fleet of %d node(s) up in %.0fs; inventory: %s' % (len(config['nodes']), time.time() - started, inventory))
         return inventory
@@ -439,6 +466,7 @@ class Fleet:
         with port_registry() as registry:
             taken = set(int(port) for port, owner in registry.items() if owner != self.state_dir)
             taken |= set(spec['ssh_port'] for node, spec in config['nodes'].items() if node not in nodes and spec.get('ssh_port'))
+            taken |= set(spec['bmc_port'] for spec in config['nodes'].values() if spec.get('bmc_port'))
             fresh = []
             for node in nodes:
                 port = config['nodes'][node].get('ssh_port')
@@ -477,6 +505,162 @@ class Fleet:
         config['kubeconfig'] = kube_fleet.serve_fleet(os.path.join(self.state_dir, 'kube'), sorted(config['nodes']))
         self.save(config)
 
+    # ------------------------------------------------------------------ BMCs (up --bmc)
+
+    def bmc_dir(self):
+        return os.path.join(self.state_dir, 'bmc')
+
+    def bmc_credentials(self):
+        """(path, {"user", "password"}) of the fleet's BMC account, generated once per fleet (mode 0600; a secret)."""
+        path = os.path.join(self.bmc_dir(), 'credentials.json')
+        if not os.path.exists(path):
+            os.makedirs(self.bmc_dir(), mode=0o700, exist_ok=True)
+            descriptor = os.open(path + '.tmp', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, 'w', encoding='utf-8') as handle:
+                json.dump({'user': BMC_USER, 'password': secrets.token_urlsafe(18)}, handle)
+            os.replace(path + '.tmp', path)
+        with open(path, encoding='utf-8') as handle:
+            return path, json.load(handle)
+
+    def bmc_certificate(self):
+        """(cert, key) of the BMCs' self-signed certificate for 127.0.0.1, generated once per fleet with openssl."""
+        cert, key = os.path.join(self.bmc_dir(), 'cert.pem'), os.path.join(self.bmc_dir(), 'key.pem')
+        if not (os.path.exists(cert) and os.path.exists(key)):
+            os.makedirs(self.bmc_dir(), mode=0o700, exist_ok=True)
+            run(['openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '825',
+                 '-subj', '/CN=gpufleet-sim-bmc', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost',
+                 '-keyout', key, '-out', cert])
+            os.chmod(key, 0o600)
+        return cert, key
+
+    def bmc_pid(self, node, port=None):
+        """Pid of the running BMC of ``node`` of this fleet (on ``port`` when given), or None."""
+        try:
+            with open(os.path.join(self.bmc_dir(), node + '.pid'), encoding='utf-8') as handle:
+                pid = int(handle.read().strip())
+            with open('/proc/%d/cmdline' % pid, 'rb') as handle:
+                argv = handle.read().decode('utf-8', 'replace').split('\0')
+        except (OSError, ValueError):
+            return None
+        options = dict(zip(argv, argv[1:]))
+        if BMC_SERVER not in argv or options.get('--fleet') != self.state_dir or options.get('--node') != node:
+            return None
+        if port is not None and options.get('--port') != str(port):
+            return None
+        return pid
+
+    def assign_bmc_ports(self, config, nodes, base_port):
+        """Give each of ``nodes`` (no BMC running) a BMC port, under the same machine-wide registry lock as SSH ports."""
+        with port_registry() as registry:
+            taken = set(int(port) for port, owner in registry.items() if owner != self.state_dir)
+            taken |= set(spec['ssh_port'] for spec in config['nodes'].values() if spec.get('ssh_port'))
+            taken |= set(spec['bmc_port'] for node, spec in config['nodes'].items() if node not in nodes and spec.get('bmc_port'))
+            fresh = []
+            for node in nodes:
+                port = config['nodes'][node].get('bmc_port')
+                if port and port not in taken and port_is_free(port):
+                    taken.add(port)
+                else:
+                    fresh.append(node)
+            for node, port in zip(fresh, pick_ports(len(fresh), base_port, taken, port_is_free)):
+                config['nodes'][node]['bmc_port'] = port
+            ports = [spec['ssh_port'] for spec in config['nodes'].values()] + [spec['bmc_port'] for spec in config['nodes'].values()]
+            if len(set(ports)) != len(ports):
+                raise FleetError('internal error: two nodes share a port: %s' % ports)
+            self.save(config)
+            for spec in config['nodes'].values():
+                registry[str(spec['bmc_port'])] = self.state_dir
+
+    def bmc_up(self, config, base_port=BMC_BASE_PORT, timeout=30):
+        """One HTTPS Redfish BMC per node (tests/sim/redfish/), started where none runs; waits until each answers."""
+        credentials, dummy = self.bmc_credentials()
+        cert, key = self.bmc_certificate()
+        nodes = sorted(config['nodes'])
+        stopped = [node for node in nodes if not self.bmc_pid(node, config['nodes'][node].get('bmc_port'))]
+        self.assign_bmc_ports(config, stopped, base_port)
+        for node in stopped:
+            folder = self.node_dir(node)
+            argv = [sys.executable, BMC_SERVER, '--node', node, '--port', str(config['nodes'][node]['bmc_port']),
+                    '--cert', cert, '--key', key, '--credentials', credentials, '--container', self.container(node),
+                    '--containers-conf', self.containers_conf, '--faults', os.path.join(folder, 'etc', 'faults.json'),
+                    '--hardware', os.path.join(folder, 'etc', 'hardware.json'), '--fleet', self.state_dir]
+            with open(os.path.join(self.bmc_dir(), node + '.log'), 'a', encoding='utf-8') as output:
+                process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
+                                           start_new_session=True, close_fds=True)
+            with open(os.path.join(self.bmc_dir(), node + '.pid'), 'w', encoding='utf-8') as handle:
+                handle.write('%d\n' % process.pid)
+        config['bmc'] = True
+        self.save(config)
+        deadline = time.time() + timeout
+        for node in nodes:
+            port = config['nodes'][node]['bmc_port']
+            while True:
+                try:
+                    self.bmc_request(port, '/redfish/v1/', cert)
+                    break
+                except (OSError, ValueError) as exc:
+                    if not self.bmc_pid(node) or time.time() > deadline:
+                        with open(os.path.join(self.bmc_dir(), node + '.log'), encoding='utf-8') as handle:
+                            tail = handle.read()[-2000:]
+                        raise FleetError('%s: BMC on 127.0.0.1:%d did not answer (%s); its log %s:\n%s' % (
+                            node, port, exc, os.path.join(self.bmc_dir(), node + '.log'), tail)) from None
+                    time.sleep(0.2)
+        log('BMCs of %d node(s) on %s' % (len(nodes), ', '.join('127.0.0.1:%d' % config['nodes'][node]['bmc_port'] for node in nodes)))
+
+    @staticmethod
+    def bmc_request(port, path, cert, credentials=None, timeout=10):
+        """GET a BMC document over HTTPS, verifying the fleet's own certificate; basic auth when ``credentials``."""
+        headers = {'Accept': 'application/json', 'OData-Version': '4.0'}
+        if credentials:
+            token = base64.b64encode(('%s:%s' % (credentials['user'], credentials['password'])).encode('utf-8')).decode('ascii')
+            headers['Authorization'] = 'Basic ' + token
+        context = ssl.create_default_context(cafile=cert)
+        request = urllib.request.Request('https://127.0.0.1:%d%s' % (port, path), headers=headers)
+        with urllib.request.urlopen(request, context=context, timeout=timeout) as response:
+            return json.load(response)
+
+    def bmc_power_states(self, config):
+        """{node: (power state or None, error or None)} read from each node's BMC (Systems/1 PowerState)."""
+        dummy, credentials = self.bmc_credentials()
+        cert = os.path.join(self.bmc_dir(), 'cert.pem')
+
+        def ask(node):
+            try:
+                return node, (self.bmc_request(config['nodes'][node]['bmc_port'], '/redfish/v1/Systems/1', cert, credentials)['PowerState'], None)
+            except (OSError, ValueError, KeyError) as exc:
+                return node, (None, str(exc))
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            return dict(pool.map(ask, sorted(node for node, spec in config['nodes'].items() if spec.get('bmc_port'))))
+
+    def bmc_down(self, timeout=15):
+        """Stop the fleet's BMC processes; return when they are gone and their ports free; forget their files."""
+        if not os.path.isdir(self.bmc_dir()):
+            return
+        running = {}
+        for name in os.listdir(self.bmc_dir()):
+            if name.endswith('.pid'):
+                pid = self.bmc_pid(name[:-len('.pid')])
+                if pid:
+                    running[name[:-len('.pid')]] = pid
+                    os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + timeout
+        while any(self.bmc_pid(node) for node in running) and time.time() < deadline:
+            time.sleep(0.1)
+        for node in running:
+            pid = self.bmc_pid(node)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+        # Listening is what counts: the server closes its connections first, so its side lingers in TIME_WAIT for a
+        # minute, which a plain bind (port_is_free) reports as busy; pick_ports skips such a port at the next up.
+        ports = [spec['bmc_port'] for spec in (self.load() or {'nodes': {}})['nodes'].values() if spec.get('bmc_port')]
+        while [port for port in ports if port_listened(port)] and time.time() < deadline + 5:
+            time.sleep(0.1)
+        busy = [port for port in ports if port_listened(port)]
+        if busy:
+            raise FleetError('BMC port(s) %s still listened on after their BMCs were stopped' % busy)
+        shutil.rmtree(self.bmc_dir(), ignore_errors=True)
+
     def write_inventory(self, config, key):
         path = os.path.join(self.state_dir, 'inventory.json')
         hosts = {}
@@ -489,18 +673,25 @@ class Fleet:
                 'ansible_ssh_common_args': '-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null',
                 'ansible_python_interpreter': '/usr/bin/python3',
             }
+            if config.get('bmc') and spec.get('bmc_port'):
+                credentials = self.bmc_credentials()[1]
+                hosts[node].update({'gpufleet_bmc_address': '127.0.0.1:%d' % spec['bmc_port'],
+                                    'gpufleet_bmc_user': credentials['user'], 'gpufleet_bmc_password': credentials['password']})
         group_vars = {'gpufleet_sim_state_dir': self.state_dir, 'gpufleet_scheduler': config.get('scheduler') or 'none'}
         if config.get('slurm_env'):
             group_vars['gpufleet_slurm_environment'] = config['slurm_env']
         if config.get('kubeconfig'):
             group_vars['gpufleet_kubeconfig'] = config['kubeconfig']
         self._write_json(path, {'all': {'children': {'gpu': {'hosts': hosts}}, 'vars': group_vars}})
+        if config.get('bmc'):
+            os.chmod(path, 0o600)   # it holds the BMC password
         return path
 
     def down(self, timeout=120):
         """Stop everything; return only when the containers are gone and their SSH ports are free again."""
         config = self.load() or {'nodes': {}}
         ports = [spec['ssh_port'] for spec in config['nodes'].values() if spec.get('ssh_port')]
+        self.bmc_down()
         if os.path.isdir(os.path.join(self.state_dir, 'slurm')):
             import slurm_sim  # pylint: disable=import-outside-toplevel,import-error
             slurm_sim.down(os.path.join(self.state_dir, 'slurm'))
@@ -525,6 +716,7 @@ class Fleet:
             raise FleetError('SSH port(s) %s still held %ds after the containers were removed' % (busy, timeout))
         config['nodes'] = {}
         config['scheduler'] = None
+        config.pop('bmc', None)
         self.save(config)
         with port_registry() as registry:
             for port in [port for port, owner in registry.items() if owner == self.state_dir]:
@@ -542,6 +734,7 @@ class Fleet:
         config = self.load() or {'nodes': {}}
         key = os.path.join(self.state_dir, 'ssh', 'id_ed25519')
         identities = dict((row['node'], row) for row in self.identities(config, key)) if config['nodes'] else {}
+        power = self.bmc_power_states(config) if config.get('bmc') else {}
         rows = []
         for node, spec in sorted(config['nodes'].items()):
             boot = None
@@ -551,6 +744,10 @@ class Fleet:
             rows.append({'node': node, 'running': boot is not None or self.running(node), 'ssh_port': spec['ssh_port'],
                          'identity': identities[node]['identity'], 'identity_ok': identities[node]['identity_ok'],
                          'kernel': (boot or {}).get('kernel'), 'driver_loaded': (boot or {}).get('driver')})
+            if node in power:
+                rows[-1].update({'bmc_address': '127.0.0.1:%d' % spec['bmc_port'], 'power_state': power[node][0]})
+                if power[node][1]:
+                    rows[-1]['bmc_error'] = power[node][1]
         return {'scheduler': config.get('scheduler'), 'nodes': rows, 'all_reach_their_node': all(row['identity_ok'] for row in rows)}
 
     def set_fault(self, node, name, settings):
@@ -631,8 +828,12 @@ def main(argv=None):
     up.add_argument('--ssh-base-port', type=int, default=SSH_BASE_PORT,
                     help='first loopback port to try for the nodes\' sshd (default %(default)s; ports of every fleet on '
                          'this machine are recorded in ' + PORT_REGISTRY.replace('%', '%%') + ' and never handed out twice)')
+    up.add_argument('--bmc', action='store_true',
+                    help='also start one HTTPS Redfish BMC per node (tests/sim/redfish/README.md); kept until down')
+    up.add_argument('--bmc-base-port', type=int, default=BMC_BASE_PORT,
+                    help='first loopback port to try for the BMCs (default %(default)s; same registry as the SSH ports)')
     commands.add_parser('down', help='stop every container and process of the fleet')
-    commands.add_parser('status', help='nodes, booted kernel and loaded driver (JSON)')
+    commands.add_parser('status', help='nodes, booted kernel and loaded driver, power state from the BMC with --bmc (JSON)')
     commands.add_parser('inventory', help='print the inventory path')
     fault = commands.add_parser('fault', help='set a fault on a node (see tests/sim/README.md), or "clear"')
     fault.add_argument('node')
@@ -652,7 +853,7 @@ def main(argv=None):
     try:
         if arguments.command == 'up':
             print(fleet.up(arguments.nodes, arguments.scheduler, arguments.driver, arguments.profile, arguments.prefix,
-                           base_port=arguments.ssh_base_port))
+                           base_port=arguments.ssh_base_port, bmc=arguments.bmc, bmc_base_port=arguments.bmc_base_port))
         elif arguments.command == 'down':
             fleet.down()
         elif arguments.command == 'status':
