@@ -13,18 +13,20 @@ import time
 
 # fault -> {setting: type}
 FAULTS = {
-    'diag_fail': {'level': int, 'test': str, 'gpu': int},
+    'diag_fail': {'level': int, 'test': str, 'gpu': int, 'branch': int},
     'reboot_hang': {},
     'fm_fail': {},
     'dpkg_fail': {'package': str},
     'dkms_fail': {},
     'xid': {'gpu': int, 'xid': int},
     'long_job': {'seconds': int},
+    'gpu_lost': {'gpu': int},
 }
 DEFAULTS = {
     'diag_fail': {'level': 1, 'gpu': 0},
     'xid': {'gpu': 0, 'xid': 79},
     'long_job': {'seconds': 3600},
+    'gpu_lost': {'gpu': 0},
 }
 XID_TEXT = {
     79: 'GPU has fallen off the bus.',
