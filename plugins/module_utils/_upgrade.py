@@ -179,3 +179,23 @@ def result(state, phase, reason='', marks=None, end=None, facts_before=None, fac
         'seconds': seconds,
         'total_seconds': round(sum(seconds.values()), 1),
     }
+
+
+def summary(rows, batch=None, fail_states=('rolled_back', 'quarantined'), max_fail_percentage=0, results_dir=''):
+    """The lines a rollout prints after each batch: one per node (``pending`` when not started yet), and a last
+    line when this batch's failures stop the rollout.  ``rows``: ``[{'node', 'result' or None}]`` in play order."""
+    lines = []
+    for row in rows or []:
+        result = row.get('result') or {}
+        before = (result.get('versions_before') or {}).get('driver') or '-'
+        after = (result.get('versions_after') or {}).get('driver') or '-'
+        reason = result.get('reason') or ''
+        lines.append('%-12s %-12s %-18s %s -> %s%s' % (row.get('node'), result.get('state', 'pending'), result.get('phase', '-'),
+                                                      before, after, (': ' + reason) if reason else ''))
+    batch = list(batch or [])
+    states = dict((row.get('node'), (row.get('result') or {}).get('state')) for row in rows or [])
+    failed = len([node for node in batch if states.get(node) in fail_states])
+    if batch and failed * 100 > int(max_fail_percentage or 0) * len(batch):
+        lines.append('rollout stops: %d of %d node(s) of this batch failed (max_fail_percentage %s); results in %s' % (
+            failed, len(batch), max_fail_percentage or 0, results_dir or '(not written)'))
+    return lines

@@ -13,7 +13,7 @@ description:
   - Stops the GPU services that are running (DCGM, Fabric Manager, nvidia-persistenced), checks that no process holds an
     NVIDIA device (C(/dev/nvidia*)) open, unloads the nvidia kernel modules with C(modprobe -r) (dependants first), loads
     C(nvidia) again (the newly installed module) plus the dependants that were loaded, and starts the services again.
-  - Refuses, changing nothing, when a reboot is pending for a new kernel (I(pending_reboot_file) exists): the new module is
+  - Refuses, changing nothing, when a reboot is pending for a new kernel (I(pending_reboot_file) exists); the new module is
     built for the new kernel, which only a reboot loads.
   - When a process holds the GPUs, or C(modprobe -r) answers that a module is in use, the services are started again and the
     module returns C(reloaded=false) with the reason and the holders, so the caller can fall back to a reboot.

@@ -91,3 +91,14 @@ def test_versions_and_result():
     assert result('quarantined', 'quarantine', facts_before=facts)['versions_after'] is None
     with pytest.raises(UpgradeInputError, match='state'):
         result('failed', 'validate')
+
+
+def test_summary_lists_every_node_and_says_why_the_rollout_stops():
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._upgrade import summary
+    canary = {'state': 'quarantined', 'phase': 'quarantine', 'reason': 'validate: dcgm_diag_r1 failed',
+              'versions_before': {'driver': '550.127.05'}, 'versions_after': {'driver': '550.127.05'}}
+    lines = summary([{'node': 'gpu-01', 'result': canary}, {'node': 'gpu-02', 'result': None}], batch=['gpu-01'], results_dir='/r')
+    assert lines[0].split()[:3] == ['gpu-01', 'quarantined', 'quarantine'] and lines[0].endswith(': validate: dcgm_diag_r1 failed')
+    assert lines[1].split() == ['gpu-02', 'pending', '-', '-', '->', '-']
+    assert lines[2] == 'rollout stops: 1 of 1 node(s) of this batch failed (max_fail_percentage 0); results in /r'
+    assert len(summary([{'node': 'gpu-01', 'result': canary}], batch=['gpu-01', 'gpu-02', 'gpu-03'], max_fail_percentage=50)) == 1
