@@ -190,8 +190,8 @@ def summary(rows, batch=None, fail_states=('rolled_back', 'quarantined'), max_fa
         before = (result.get('versions_before') or {}).get('driver') or '-'
         after = (result.get('versions_after') or {}).get('driver') or '-'
         reason = result.get('reason') or ''
-        lines.append('%-12s %-12s %-18s %s -> %s%s' % (row.get('node'), result.get('state', 'pending'), result.get('phase', '-'),
-                                                      before, after, (': ' + reason) if reason else ''))
+        lines.append('%-12s %-12s %-18s %s -> %s%s' % (
+            row.get('node'), result.get('state', 'pending'), result.get('phase', '-'), before, after, (': ' + reason) if reason else ''))
     batch = list(batch or [])
     states = dict((row.get('node'), (row.get('result') or {}).get('state')) for row in rows or [])
     failed = len([node for node in batch if states.get(node) in fail_states])

@@ -211,8 +211,8 @@ def _diag(level, result, facts):
     if result.get('skipped'):
         return _check(name, False, 'not run: %s' % (result.get('msg') or result.get('skip_reason') or 'skipped'))
     if 'passed' not in result:
-        return _check(name, False, 'dcgmi diag -r %s could not run (%s): %s' % (level, result.get('reason') or 'failed',
-                                                                               (result.get('msg') or '').strip()))
+        return _check(name, False, 'dcgmi diag -r %s could not run (%s): %s' % (
+            level, result.get('reason') or 'failed', (result.get('msg') or '').strip()))
     if result['passed']:
         summary = result.get('summary') or {}
         return _check(name, True, 'dcgmi diag -r %s passed (%s pass, %s skip, %s warn)' % (

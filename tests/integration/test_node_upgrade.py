@@ -125,7 +125,7 @@ def test_dcgm_failing_on_both_pins_quarantines(fleet):
     assert result['state'] == 'quarantined' and result['rma_suspect'], result
     assert 'suspect hardware (RMA)' in result['reason'] and 'dcgm_diag_r1' in result['reason']
     state = slurm(fleet, node)
-    assert 'DRAIN' in state['State'] and state['Reason'].startswith('gpufleet: quarantined'), state
+    assert 'DRAIN' in state['State'] and state['Reason'].startswith('gpufleet: quarantined: suspect hardware (RMA)'), state
     assert 'suspect hardware' in state['Reason'], state
 
 
