@@ -15,9 +15,13 @@ author:
   - gpufleet.lifecycle maintainers (@gpufleet)
 options:
   _input:
-    description: The nodes in play order, each C(node) and C(result) (its C(node_upgrade_result), null when not started).
+    description: The nodes in play order (C(ansible_play_hosts_all)).
     type: list
-    elements: dict
+    elements: str
+    required: true
+  hostvars:
+    description: C(hostvars), where each node's C(node_upgrade_result) is read (a node without one is C(pending)).
+    type: dict
     required: true
   batch:
     description: The nodes of this batch.
@@ -40,7 +44,7 @@ options:
 EXAMPLES = r'''
 - name: Print every node's result
   ansible.builtin.debug:
-    msg: "{{ rows | gpufleet.lifecycle.upgrade_summary(batch=ansible_play_batch, max_fail_percentage=0) }}"
+    msg: "{{ ansible_play_hosts_all | gpufleet.lifecycle.upgrade_summary(hostvars=hostvars, batch=ansible_play_batch) }}"
 '''
 
 RETURN = r'''
@@ -53,7 +57,12 @@ _value:
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._upgrade import summary
 
 
-def upgrade_summary(rows, batch=None, fail_states=('rolled_back', 'quarantined'), max_fail_percentage=0, results_dir=''):
+def upgrade_summary(nodes, hostvars=None, batch=None, fail_states=('rolled_back', 'quarantined'), max_fail_percentage=0, results_dir=''):
+    rows = []
+    for node in nodes or []:
+        variables = (hostvars or {}).get(node) or {}
+        result = variables.get('node_upgrade_result') if 'node_upgrade_result' in variables else None
+        rows.append({'node': node, 'result': result if isinstance(result, dict) else None})
     return summary(rows, batch=batch, fail_states=fail_states, max_fail_percentage=max_fail_percentage, results_dir=results_dir)
 
 

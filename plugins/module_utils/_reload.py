@@ -64,3 +64,10 @@ def load_order(modules):
 def start_order(stopped):
     """Services are started again in the reverse of the order they were stopped in."""
     return list(reversed(list(stopped or [])))
+
+
+def units_to_start(services, stopped, enabled):
+    """The units to start after a reload, in the order of ``services`` (the stop order): the stopped ones and the
+    enabled ones (a unit that failed against the old module was not running, but a boot would start it)."""
+    wanted = set(stopped or []) | set(enabled or [])
+    return [unit for unit in services or [] if unit in wanted]

@@ -184,6 +184,7 @@ def result(state, phase, reason='', marks=None, end=None, facts_before=None, fac
 def summary(rows, batch=None, fail_states=('rolled_back', 'quarantined'), max_fail_percentage=0, results_dir=''):
     """The lines a rollout prints after each batch: one per node (``pending`` when not started yet), and a last
     line when this batch's failures stop the rollout.  ``rows``: ``[{'node', 'result' or None}]`` in play order."""
+    rows = list(rows or [])
     lines = []
     for row in rows or []:
         result = row.get('result') or {}

@@ -34,7 +34,7 @@ options:
   services:
     description:
       - Systemd units to stop before the unload (in this order) and start again afterwards (in the reverse order). Units that are
-        not active are neither stopped nor started.
+        not active are not stopped; after the reload every enabled one is started, as after a boot.
     type: list
     elements: str
     default: [nvidia-dcgm, dcgm, nvidia-fabricmanager, nvidia-persistenced]
@@ -82,7 +82,7 @@ holders:
   elements: dict
   returned: always
 stopped:
-  description: Units that were stopped (and started again).
+  description: Units that were stopped, plus the enabled ones, all started again after the reload (in the reverse order).
   type: list
   elements: str
   returned: always
@@ -142,6 +142,10 @@ class Reload:
         rc, stdout, dummy = self.run([self.systemctl, 'is-active', unit])
         return rc == 0 and stdout.strip() == 'active'
 
+    def enabled(self, unit):
+        rc, stdout, dummy = self.run([self.systemctl, 'is-enabled', unit])
+        return rc == 0 and stdout.strip() == 'enabled'
+
     def fail(self, msg, **extra):
         self.report.update(extra)
         self.module.fail_json(msg=msg, changed=True, **self.report)
@@ -191,6 +195,9 @@ class Reload:
             if rc != 0:
                 self.fail('modprobe %s failed, the node has no NVIDIA driver loaded now: %s' % (module_name, stderr.strip()), rc=rc, stderr=stderr)
             self.report['loaded'].append(module_name)
+        # As after a boot: every enabled GPU unit starts (one that failed against the old module was not running).
+        self.report['stopped'] = _reload.units_to_start(params['services'], self.report['stopped'],
+                                                        [unit for unit in params['services'] if self.enabled(unit)])
         self.restart_services()
         self.report['reloaded'] = True
         self.module.exit_json(changed=True, **self.report)

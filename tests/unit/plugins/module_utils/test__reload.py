@@ -4,7 +4,7 @@
 """module_utils/_reload.py: the decisions of driver_reload."""
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._reload import (
-    classify_modprobe, describe_holders, find_holders, load_order, start_order, unload_order)
+    classify_modprobe, describe_holders, find_holders, load_order, start_order, units_to_start, unload_order)
 
 
 def test_holders_are_processes_with_nvidia_devices_open():
@@ -31,3 +31,9 @@ def test_orders():
     assert unload_order(['nvidia', 'nvidia_uvm', 'nvidia-drm']) == ['nvidia_uvm', 'nvidia_drm', 'nvidia']
     assert load_order(['nvidia_uvm', 'nvidia']) == ['nvidia', 'nvidia_uvm']
     assert start_order(['nvidia-dcgm', 'nvidia-fabricmanager', 'nvidia-persistenced']) == ['nvidia-persistenced', 'nvidia-fabricmanager', 'nvidia-dcgm']
+
+
+def test_enabled_units_start_after_the_reload_as_after_a_boot():
+    services = ['nvidia-dcgm', 'dcgm', 'nvidia-fabricmanager', 'nvidia-persistenced']
+    assert units_to_start(services, ['nvidia-dcgm'], ['nvidia-fabricmanager', 'nvidia-persistenced']) == [
+        'nvidia-dcgm', 'nvidia-fabricmanager', 'nvidia-persistenced']
