@@ -1,4 +1,5 @@
 # gpufleet.lifecycle — developer entry points.
+#   make demo   set up .venv, then a rolling upgrade of a simulated 8-node Slurm fleet (hacking/demo.sh)
 #   make test   set everything up (project-local .venv from requirements-dev.txt) and run every suite
 #   make help   list the targets
 SHELL := /bin/bash
@@ -7,9 +8,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help test venv sanity units lint docs integration build clean
+.PHONY: help test demo venv sanity units lint docs integration build clean
 
 help:
+	@echo "make demo         rolling driver upgrade of a simulated 8-node Slurm fleet (canary, rollback, quarantine)"
 	@echo "make test         set up .venv and run sanity, unit, lint, ansible-doc and integration suites"
 	@echo "make sanity       ansible-test sanity (builds build/ansible_collections/gpufleet/lifecycle)"
 	@echo "make units        pytest unit tests"
@@ -29,6 +31,9 @@ venv: $(STAMP)
 
 test: venv
 	@PATH="$(CURDIR)/$(BIN):$$PATH" bash hacking/run_tests.sh all
+
+demo: venv
+	@PATH="$(CURDIR)/$(BIN):$$PATH" bash hacking/demo.sh
 
 sanity units lint docs integration: venv
 	@PATH="$(CURDIR)/$(BIN):$$PATH" bash hacking/run_tests.sh $@

@@ -13,7 +13,7 @@ import time
 
 # fault -> {setting: type}
 FAULTS = {
-    'diag_fail': {'level': int, 'test': str, 'gpu': int},
+    'diag_fail': {'level': int, 'test': str, 'gpu': int, 'branch': int},
     'reboot_hang': {},
     'fm_fail': {},
     'dpkg_fail': {'package': str},
@@ -21,12 +21,14 @@ FAULTS = {
     'xid': {'gpu': int, 'xid': int},
     'long_job': {'seconds': int},
     'dpkg_lock': {'seconds': int},
+    'gpu_lost': {'gpu': int},
 }
 DEFAULTS = {
     'diag_fail': {'level': 1, 'gpu': 0},
     'xid': {'gpu': 0, 'xid': 79},
     'long_job': {'seconds': 3600},
     'dpkg_lock': {'seconds': 30},
+    'gpu_lost': {'gpu': 0},
 }
 # Faults that need a process inside the node: the command ``fleet fault`` runs there (``podman exec``) after writing
 # faults.json. Each returns at once (the process runs in the background) and does nothing when it already runs.

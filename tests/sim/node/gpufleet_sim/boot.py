@@ -85,6 +85,20 @@ def make_device_nodes(hardware):
                 pass
 
 
+MODPROBE = 'usr/local/sbin/modprobe'
+MODPROBE_WRAPPER = '#!/bin/sh\n# gpufleet-sim: the simulated nvidia modules (see gpufleet_sim/modprobe.py)\n' \
+    'PYTHONPATH=/usr/lib/gpufleet-sim exec python3 -m gpufleet_sim.modprobe "$@"\n'
+
+
+def install_modprobe():
+    """Put the fake modprobe first on root's PATH (``/usr/local/sbin``): it loads and unloads the simulated
+    nvidia module the way a boot does (driver reload); other modules go to the real modprobe when there is one."""
+    if state.read_text(MODPROBE) == MODPROBE_WRAPPER:
+        return
+    state.write_text(MODPROBE, MODPROBE_WRAPPER)
+    os.chmod(state.path(MODPROBE), 0o755)
+
+
 def boot(now=None):
     """Perform the boot step; returns the boot.json content."""
     for relative in PER_BOOT_FILES:
@@ -99,7 +113,12 @@ def boot(now=None):
         'boot_id': str(uuid.uuid4()),
         'booted_at': int(time.time() if now is None else now),
     }
+    lost = state.fault('gpu_lost')
+    if lost is not None:
+        # Fault gpu_lost: this boot does not find the GPU (it is missing from nvidia-smi and dcgmi until a boot without the fault).
+        record['absent_gpus'] = [int(lost.get('gpu', 0))]
     state.write_json(state.BOOT_FILE, record)
+    install_modprobe()
     if driver:
         make_device_nodes(state.load_hardware())
     if kernel is None:

@@ -288,6 +288,9 @@ def _fault_applies(fault, level, tests, gpu_indexes):
         return None
     if test not in tests or gpu not in gpu_indexes:
         return None
+    # branch=N: the diagnostic fails only while a driver of that branch is loaded.
+    if fault.get('branch') not in (None, '') and str(state.branch_of(state.loaded_driver())) != str(fault['branch']):
+        return None
     if level is not None and level < fault_level:
         return None
     return test, gpu

@@ -71,8 +71,9 @@ FAULT_DEFAULTS = {
     'xid': {'gpu': 0, 'xid': 79},
     'long_job': {'seconds': 3600},
     'dpkg_lock': {'seconds': 30},
+    'gpu_lost': {'gpu': 0},
 }
-_INT_SETTINGS = ('level', 'gpu', 'xid', 'seconds')
+_INT_SETTINGS = ('level', 'gpu', 'xid', 'seconds', 'branch')
 
 # CUDA driver API version of each driver branch (the "CUDA Version" nvidia-smi prints).
 CUDA_BY_BRANCH = {
@@ -267,6 +268,10 @@ def load_hardware():
         data = {}
     data.setdefault('gpus', [])
     data.setdefault('nvswitch_count', 0)
+    # Fault gpu_lost: a GPU the boot step did not find is not there until the next boot (absent_gpus in boot.json).
+    absent = (load_boot() or {}).get('absent_gpus') or []
+    if absent:
+        data['gpus'] = [gpu for index, gpu in enumerate(data['gpus']) if index not in absent]
     return data
 
 

@@ -1,0 +1,278 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpufleet.lifecycle.node_upgrade (with node_validate) and the rolling_restart playbook on the simulated fleet.
+
+One fleet for the whole module (build/sim-node-upgrade: 8 nodes on the 550 branch, real Slurm); the
+Kubernetes cases run against a fake Kubernetes API started for the same nodes.  Each case works on its own
+node(s), so the cases do not depend on each other's order:
+
+gpu-01 happy path (Slurm)        gpu-02 DCGM fails on 580 only    gpu-03 DCGM fails on both pins
+gpu-04 reboot_hang, no BMC       gpu-05 driver_reload             gpu-06 dpkg_fail mid-install
+gpu-07 admin-drained             gpu-08 long job, short timeout   gpu-01 (after the happy path) GPU lost
+gpu-02, gpu-05 Kubernetes happy path / quarantine (after their Slurm cases, reboot-only)
+gpu-06, gpu-07, gpu-08 batch mode: serial [1, 2], max_fail_percentage 0, a failing canary.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, SIM, fleet_up
+
+sys.path.insert(0, os.path.join(SIM, 'slurm'))
+sys.path.insert(0, SIM)
+
+import kube_fleet  # noqa: E402  pylint: disable=wrong-import-position,import-error
+import slurm_sim  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+FLEET_STATE = os.path.join(ROOT, 'build', 'sim-node-upgrade')
+PLAYBOOK = os.path.join(os.path.dirname(__file__), 'playbooks', 'node_upgrade.yml')
+ROLLING_RESTART = os.path.join(ROOT, 'playbooks', 'rolling_restart.yml')
+PIN_580 = {'driver': '580.65.06', 'fabric_manager': '580.65.06', 'container_toolkit': '1.17.0', 'dcgm': '4.1.0'}
+# The simulated nodes' boot time (PID 1) and Xid log; short timeouts.
+SIM_VARS = {'gpufleet_boot_time_command': 'stat -c %Z /proc/1', 'gpufleet_reboot_timeout': 45, 'gpufleet_drain_timeout': 20,
+            'node_upgrade_wait_sleep': 1,
+            'node_validate_kernel_log_command': ['sh', '-c', 'cat /var/lib/gpufleet-sim/xid.log 2>/dev/null; true']}
+
+
+@pytest.fixture(scope='module')
+def fleet():
+    yield from fleet_up(FLEET_STATE, 8, 'slurm')
+
+
+def upgrade(fleet, node, *extra, **variables):
+    """Run node_upgrade on ``node``; returns (PlayResult, node_upgrade_result)."""
+    values = dict(SIM_VARS, target=node)
+    values.update(variables)
+    result = fleet.playbook(PLAYBOOK, '-e', json.dumps(values), *extra)
+    shown = result.task('Show the result').get(node, {})
+    assert 'node_upgrade_result' in shown, 'no result for %s (rc=%s):\n%s' % (node, result.rc, failures(result))
+    return result, shown['node_upgrade_result']
+
+
+def failures(result):
+    found = ['%s %s: %s' % (host, task['task']['name'], outcome.get('msg', ''))
+             for play in result.document['plays'] for task in play['tasks'] for host, outcome in task['hosts'].items()
+             if outcome.get('failed') or outcome.get('unreachable')]
+    return '\n'.join(found) + '\n' + result.stderr[-2000:]
+
+
+def slurm(fleet, node):
+    return slurm_sim.node_state(fleet.vars['gpufleet_slurm_environment'], node)
+
+
+def loaded_driver(fleet, node):
+    return json.loads(fleet.node_exec(node, 'cat', '/run/gpufleet-sim/boot.json').stdout)
+
+
+def check(result, name):
+    return [entry for entry in result['validation'] or [] if entry['name'] == name][0]
+
+
+def poll(condition, timeout=60, what='condition'):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError('timed out waiting for %s' % what)
+
+
+def test_happy_path_slurm(fleet):
+    node = 'gpu-01'
+    run, result = upgrade(fleet, node, gpufleet_pin=PIN_580)
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'done', result
+    assert (result['versions_before']['driver'], result['versions_after']['driver']) == ('550.127.05', '580.65.06')
+    assert all(entry['passed'] for entry in result['validation']), result['validation']
+    assert {'precheck', 'drain', 'converge', 'reboot', 'validate', 'uncordon'} <= set(result['seconds'])
+    state = slurm(fleet, node)
+    assert 'DRAIN' not in state['State'], state
+    assert loaded_driver(fleet, node)['driver'] == '580.65.06'
+
+
+def test_dcgm_failing_on_the_new_pin_rolls_back(fleet):
+    node = 'gpu-02'
+    fleet.fleet('fault', node, 'diag_fail', 'branch=580', 'gpu=3')
+    try:
+        run, result = upgrade(fleet, node, gpufleet_pin=PIN_580)
+    finally:
+        fleet.fleet('fault', node, 'clear')
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'rolled_back', result
+    diag = check(result, 'dcgm_diag_r1')
+    assert not diag['passed'] and 'GPU 3' in diag['message'], diag
+    assert all(entry['passed'] for entry in result['rollback_validation'])
+    assert result['versions_after']['driver'] == '550.127.05' and result['rollback_pin']['driver'] == '550.127.05'
+    assert 'DRAIN' not in slurm(fleet, node)['State']
+    assert loaded_driver(fleet, node)['driver'] == '550.127.05'
+
+
+def test_dcgm_failing_on_both_pins_quarantines(fleet):
+    node = 'gpu-03'
+    fleet.fleet('fault', node, 'diag_fail')
+    try:
+        run, result = upgrade(fleet, node, gpufleet_pin=PIN_580)
+    finally:
+        fleet.fleet('fault', node, 'clear')
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'quarantined' and result['rma_suspect'], result
+    assert 'suspect hardware (RMA)' in result['reason'] and 'dcgm_diag_r1' in result['reason']
+    state = slurm(fleet, node)
+    assert 'DRAIN' in state['State'] and state['Reason'].startswith('gpufleet: quarantined: suspect hardware (RMA)'), state
+    assert 'suspect hardware' in state['Reason'], state
+
+
+def test_reboot_hang_without_bmc_is_quarantined_unreachable(fleet):
+    node = 'gpu-04'
+    fleet.fleet('fault', node, 'reboot_hang')
+    try:
+        run, result = upgrade(fleet, node, node_upgrade_converge=False, node_upgrade_reboot='always', gpufleet_reboot_timeout=20)
+    finally:
+        fleet.fleet('fault', node, 'clear')
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'quarantined' and 'unreachable' in result['reason'], result
+    assert not result['reboot']['power_cycled'] and 'no BMC' in result['reason']
+    state = slurm(fleet, node)
+    assert 'DRAIN' in state['State'] and 'unreachable' in state['Reason'], state
+    # Bring it back for the other cases (the fault is cleared; the next boot starts sshd).
+    fleet.fleet('reboot-node', node)
+    poll(lambda: fleet.node_exec(node, 'systemctl', 'is-active', 'ssh').stdout.strip() == 'active', 90, 'gpu-04 back')
+
+
+def test_driver_reload_changes_the_loaded_driver_without_a_reboot(fleet):
+    node = 'gpu-05'
+    before = loaded_driver(fleet, node)
+    run, result = upgrade(fleet, node, gpufleet_pin=PIN_580, gpufleet_reboot_method='driver_reload')
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'done', result
+    assert result['reboot']['reloaded'] and not result['reboot']['rebooted'], result['reboot']
+    after = loaded_driver(fleet, node)
+    assert after['boot_id'] == before['boot_id'] and after['driver'] == '580.65.06' and 'reloaded_at' in after
+
+
+def test_dpkg_failure_mid_install_rolls_back(fleet):
+    node = 'gpu-06'
+    fleet.fleet('fault', node, 'dpkg_fail', 'package=nvidia-kernel-common-580')
+    try:
+        run, result = upgrade(fleet, node, gpufleet_pin=PIN_580)
+    finally:
+        fleet.fleet('fault', node, 'clear')
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'rolled_back', result
+    assert 'converge' in result['reason'], result['reason']
+    assert result['versions_after']['driver'] == '550.127.05'
+    assert 'DRAIN' not in slurm(fleet, node)['State']
+
+
+def test_admin_drained_node_is_left_alone(fleet):
+    node = 'gpu-07'
+    environment = fleet.vars['gpufleet_slurm_environment']
+    slurm_sim.scontrol(environment, 'update', 'NodeName=' + node, 'State=DRAIN', 'Reason=admin: fan replacement')
+    try:
+        run, result = upgrade(fleet, node, gpufleet_pin=PIN_580)
+        assert run.rc == 0, failures(run)
+        assert result['state'] == 'left_alone' and result['phase'] == 'drain', result
+        state = slurm(fleet, node)
+        assert 'DRAIN' in state['State'] and state['Reason'].startswith('admin: fan replacement'), state
+        assert loaded_driver(fleet, node)['driver'] == '550.127.05'
+    finally:
+        slurm_sim.scontrol(environment, 'update', 'NodeName=' + node, 'State=RESUME')
+
+
+def test_long_job_and_short_drain_timeout_defer(fleet):
+    node = 'gpu-08'
+    environment = fleet.vars['gpufleet_slurm_environment']
+    job = slurm_sim.submit_job(environment, node, 600)
+    try:
+        slurm_sim.wait_for(environment, node, lambda state: 'ALLOCATED' in state or 'MIXED' in state, timeout=30)
+        before = slurm(fleet, node)
+        run, result = upgrade(fleet, node, gpufleet_pin=PIN_580, gpufleet_drain_timeout=3)
+        assert run.rc == 0, failures(run)
+        assert result['state'] == 'deferred' and result['phase'] == 'drain', result
+        after = slurm(fleet, node)
+        assert (after['State'], after.get('Reason')) == (before['State'], before.get('Reason')), (before, after)
+        assert loaded_driver(fleet, node)['driver'] == '550.127.05'
+    finally:
+        subprocess.run(['scancel', job], env=dict(os.environ, **environment), check=False, capture_output=True)
+
+
+def test_gpu_lost_across_the_reboot_is_not_uncordoned(fleet):
+    node = 'gpu-01'   # on 580 after the happy path: a reboot-only run
+    fleet.fleet('fault', node, 'gpu_lost', 'gpu=5')
+    try:
+        run, result = upgrade(fleet, node, node_upgrade_converge=False, node_upgrade_reboot='always')
+    finally:
+        fleet.fleet('fault', node, 'clear')
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'quarantined', result
+    count = check(result, 'gpu_count')
+    assert not count['passed'] and 'lists 7 GPU(s), 8 before' in count['message'], count
+    assert 'DRAIN' in slurm(fleet, node)['State']
+
+
+@pytest.fixture(scope='module')
+def kube(fleet):
+    return kube_fleet.serve_fleet(os.path.join(FLEET_STATE, 'kube'), fleet.nodes)
+
+
+def kube_node(kubeconfig, node):
+    process = subprocess.run(['kubectl', 'get', 'node', node, '-o', 'json'], env=dict(os.environ, KUBECONFIG=kubeconfig),
+                             capture_output=True, text=True, check=True)
+    return json.loads(process.stdout)
+
+
+def test_happy_path_kubernetes(fleet, kube):
+    node = 'gpu-02'   # back on 550 after its rollback
+    run, result = upgrade(fleet, node, gpufleet_pin=PIN_580, gpufleet_scheduler='kubernetes', gpufleet_kubeconfig=kube)
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'done' and result['versions_after']['driver'] == '580.65.06', result
+    document = kube_node(kube, node)
+    assert not document['spec'].get('unschedulable') and document['metadata']['labels'].get('gpufleet.io/state') == 'done'
+
+
+def test_quarantine_on_kubernetes_taints_and_labels(fleet, kube):
+    node = 'gpu-05'
+    fleet.fleet('fault', node, 'diag_fail')
+    try:
+        run, result = upgrade(fleet, node, node_upgrade_converge=False, node_upgrade_reboot='always',
+                              gpufleet_scheduler='kubernetes', gpufleet_kubeconfig=kube)
+    finally:
+        fleet.fleet('fault', node, 'clear')
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'quarantined', result
+    document = kube_node(kube, node)
+    assert document['spec'].get('unschedulable') and document['metadata']['labels']['gpufleet.io/state'] == 'quarantined'
+    assert [taint for taint in document['spec'].get('taints', []) if taint['key'] == 'gpufleet.io/quarantine'], document['spec']
+    assert 'dcgm_diag_r1' in document['metadata']['annotations']['gpufleet.io/reason']
+
+
+def test_batch_mode_stops_at_a_failing_canary(fleet, tmp_path):
+    nodes = ['gpu-06', 'gpu-07', 'gpu-08']
+    fleet.fleet('fault', nodes[0], 'diag_fail')
+    results = str(tmp_path / 'results')
+    values = dict(SIM_VARS, gpufleet_hosts=','.join(nodes), gpufleet_serial=[1, 2], gpufleet_max_fail_percentage=0,
+                  gpufleet_results_dir=results)
+    try:
+        run = fleet.playbook(ROLLING_RESTART, '-e', json.dumps(values))
+    finally:
+        fleet.fleet('fault', nodes[0], 'clear')
+    assert run.rc != 0
+    printed = [outcome['msg'] for play in run.document['plays'] for task in play['tasks'] for outcome in task['hosts'].values()
+               if task['task']['name'].endswith("Print every node's result")]
+    assert len(printed) == 1, printed
+    lines = printed[0]
+    assert lines[0].split()[:2] == ['gpu-06', 'quarantined'], lines
+    assert [line.split()[:2] for line in lines[1:3]] == [['gpu-07', 'pending'], ['gpu-08', 'pending']], lines
+    assert lines[-1].startswith('rollout stops: 1 of 1 node(s)'), lines
+    assert sorted(os.listdir(results)) == ['gpu-06.json']
+    with open(os.path.join(results, 'gpu-06.json'), encoding='utf-8') as handle:
+        assert json.load(handle)['state'] == 'quarantined'
+    # The later batch never started: its nodes are untouched.
+    assert all('DRAIN' not in slurm(fleet, node)['State'] for node in nodes[1:])
