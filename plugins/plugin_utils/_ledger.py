@@ -684,4 +684,3 @@ def phase_times(events):
             if state in IN_FLIGHT and end >= start:
                 times.setdefault(state, []).append(end - start)
     return times
-
