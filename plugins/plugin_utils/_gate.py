@@ -1,0 +1,315 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The rollout gate: may this node go now?
+
+Controller-side, no Ansible import, no I/O, no clock: :func:`admit` decides from the policy
+(:class:`~._policy.Policy`), the rollout's state (:class:`Rollout`, built from the ledger), what the scheduler
+says now (:class:`SchedulerView`) and ``now`` (an aware datetime).  The answer (:class:`Decision`) is one of
+
+* ``admit``: the node may start (``canary`` says whether it goes as a canary);
+* ``wait``: not now; ``rule`` says why (``maintenance_window``, ``canary``, ``window``, ``domain``,
+  ``capacity_unknown``, ``capacity_floor``) and ``until`` when a time is known;
+* ``pause``: no new admissions for anyone, in-flight nodes finish: ``operator``, ``circuit_breaker``
+  (stays until an operator resets it), ``pin_suspect`` ("roll back the pin"), ``canary_failed``, ``budget``;
+* ``skip``: the node is already in a final state (a resumed run does not admit it again).
+
+A node caught mid-way by a crash (in an in-flight state) is admitted again with rule ``resume``: it already
+holds its slot, and a pause does not stop it (in-flight nodes finish).  The rules are checked in the order
+above; docs/rollout-policy.md explains each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import re
+
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._policy import next_opening
+
+PENDING = 'pending'
+IN_FLIGHT = ('admitted', 'cordoned', 'drained', 'converging', 'rebooting', 'validating', 'rolling_back')
+FINAL = ('done', 'rolled_back', 'quarantined', 'deferred', 'left_alone')
+STATES = (PENDING,) + IN_FLIGHT + FINAL
+# Final states that count against the failure budget.
+FAILED = ('rolled_back', 'quarantined')
+
+ADMIT, WAIT, PAUSE, SKIP = 'admit', 'wait', 'pause', 'skip'
+
+_UUID = re.compile(r'(?:gpu-|mig-)?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', re.IGNORECASE)
+_PCI = re.compile(r'\b[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\b', re.IGNORECASE)
+_DIGITS = re.compile(r'[0-9]+')
+_SPACE = re.compile(r'\s+')
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """One node of the rollout as the ledger knows it."""
+
+    state: str = PENDING
+    domain: str | None = None
+    gpus: int = 0
+    canary: bool = False
+    finished: float | None = None      # epoch seconds of its final state
+    signature: tuple | None = None     # failure_signature() of a failed node
+    rma_suspect: bool = False          # failed on the new and the previous pin: hardware, not the pin
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+    """The rollout's nodes (inventory_hostname -> :class:`Node`) and its run-level flags."""
+
+    nodes: dict
+    paused: str | None = None          # an operator's pause, with its reason
+    breaker_reset: float | None = None  # epoch seconds of the last operator reset of the circuit breaker
+    quarantines: tuple = ()            # epoch seconds of quarantines by gpufleet outside this rollout (earlier runs)
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerView:
+    """What the scheduler says at admission time.
+
+    ``total_gpus``: GPUs of the whole fleet the floor is a share of (None: could not be read).
+    ``unavailable``: nodes down or cordoned/drained by others -> their GPUs (nodes of this rollout may appear;
+    they are counted once).  ``domains``: the domain of unavailable nodes outside the rollout.
+    """
+
+    total_gpus: int | None = None
+    unavailable: dict = dataclasses.field(default_factory=dict)
+    domains: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    action: str
+    rule: str
+    reason: str
+    canary: bool = False
+    until: datetime.datetime | None = None
+
+    def to_dict(self):
+        return {'action': self.action, 'rule': self.rule, 'reason': self.reason, 'canary': self.canary,
+                'until': self.until.isoformat() if self.until else None}
+
+
+def normalize_message(message, node=None):
+    """A failure message with what differs from node to node masked: node name, UUIDs, PCI addresses, numbers."""
+    text = str(message or '')
+    if node:
+        text = text.replace(node, '<node>')
+    text = _UUID.sub('<uuid>', text)
+    text = _PCI.sub('<pci>', text)
+    text = _DIGITS.sub('#', text)
+    return _SPACE.sub(' ', text).strip().lower()
+
+
+def failure_signature(result, node=None):
+    """How a node failed, comparable across nodes, from its ``node_upgrade_result``; None when it did not fail.
+
+    A failed validation on the new pin gives ``('validate', ((check, message), ...))`` with the failed checks;
+    any other failure ``(phase, message)``.  Messages go through :func:`normalize_message` so that
+    "GPU 3 ... GPU-uuid-a" on one node and "GPU 5 ... GPU-uuid-b" on another read the same.
+    """
+    if not isinstance(result, dict) or result.get('state') not in FAILED:
+        return None
+    checks = result.get('validation') or []
+    failed = tuple(sorted((str(check.get('name')), normalize_message(check.get('message'), node))
+                          for check in checks if isinstance(check, dict) and check.get('passed') is False))
+    if failed:
+        return ('validate', failed)
+    return (str(result.get('phase') or 'unknown'), normalize_message(result.get('reason'), node))
+
+
+def in_flight(rollout):
+    return [name for name, node in rollout.nodes.items() if node.state in IN_FLIGHT]
+
+
+def out_of_service(rollout, scheduler):
+    """Nodes whose GPUs are not schedulable now: down or cordoned by others, in flight, quarantined by us."""
+    out = dict(scheduler.unavailable)
+    for name, node in rollout.nodes.items():
+        if node.state in IN_FLIGHT or node.state == 'quarantined':
+            out[name] = node.gpus
+    return out
+
+
+def schedulable_share(rollout, scheduler, extra_gpus=0):
+    """The share of the fleet's GPUs schedulable after ``extra_gpus`` more go out; None when unknown."""
+    total = scheduler.total_gpus
+    if not total:
+        return None
+    out = sum(out_of_service(rollout, scheduler).values()) + extra_gpus
+    return max(0.0, (total - out) / float(total))
+
+
+def domain_out(rollout, scheduler, domain):
+    """How many nodes of ``domain`` are out now (in flight, quarantined by us, down or cordoned by others)."""
+    count = 0
+    for name in out_of_service(rollout, scheduler):
+        node = rollout.nodes.get(name)
+        node_domain = node.domain if node is not None else scheduler.domains.get(name)
+        if node_domain == domain:
+            count += 1
+    return count
+
+
+def quarantine_times(rollout):
+    times = [node.finished for node in rollout.nodes.values() if node.state == 'quarantined' and node.finished is not None]
+    return sorted(times + list(rollout.quarantines))
+
+
+def breaker_tripped(policy, rollout, now):
+    """The circuit breaker: quarantines within the sliding window, since the last reset, at or over the threshold."""
+    if policy.circuit_breaker_threshold is None:
+        return None
+    stamp = now.timestamp()
+    since = stamp - policy.circuit_breaker_window
+    if rollout.breaker_reset is not None:
+        since = max(since, rollout.breaker_reset)
+    recent = [time for time in quarantine_times(rollout) if since < time <= stamp]
+    if len(recent) >= policy.circuit_breaker_threshold:
+        return len(recent)
+    return None
+
+
+def pin_suspect(policy, rollout):
+    """The pin-fault detector: (signature, nodes) when the pin looks bad, else None.
+
+    A canary that failed validation on the new pin, or at least ``pin_fault_threshold`` of the first
+    ``pin_fault_early_nodes`` nodes to finish that failed the same way.  Nodes that failed on both pins
+    (``rma_suspect``) are hardware and do not count.
+    """
+    if policy.pin_fault_threshold is None:
+        return None
+    candidates = [(name, node) for name, node in rollout.nodes.items()
+                  if node.state in FAILED and node.signature is not None and not node.rma_suspect]
+    for name, node in sorted(candidates):
+        if node.canary and node.signature[0] == 'validate':
+            return node.signature, [name]
+    finished = sorted((node.finished, name) for name, node in rollout.nodes.items()
+                      if node.state in ('done',) + FAILED and node.finished is not None)
+    early = {name for _time, name in finished[:policy.pin_fault_early_nodes]}
+    groups = {}
+    for name, node in candidates:
+        if name in early:
+            groups.setdefault(node.signature, []).append(name)
+    for signature, names in sorted(groups.items(), key=lambda item: (-len(item[1]), str(item[0]))):
+        if len(names) >= policy.pin_fault_threshold:
+            return signature, sorted(names)
+    return None
+
+
+def _signature_text(signature):
+    phase, detail = signature
+    if phase == 'validate':
+        return 'validation ' + '; '.join('%s: %s' % check for check in detail)
+    return '%s: %s' % (phase, detail)
+
+
+def pause_decision(policy, rollout, now):
+    """The run-level pause that applies to every pending node now, or None."""
+    if rollout.paused:
+        return Decision(PAUSE, 'operator', 'paused by an operator: %s' % rollout.paused)
+    tripped = breaker_tripped(policy, rollout, now)
+    if tripped:
+        return Decision(PAUSE, 'circuit_breaker',
+                        'circuit breaker open: %d node(s) quarantined within %ss (threshold %d); '
+                        'no admissions until an operator resets it'
+                        % (tripped, _number(policy.circuit_breaker_window), policy.circuit_breaker_threshold))
+    suspect = pin_suspect(policy, rollout)
+    if suspect:
+        signature, names = suspect
+        return Decision(PAUSE, 'pin_suspect', 'pin suspect: %s failed the same way (%s); roll back the pin'
+                        % (', '.join(names), _signature_text(signature)))
+    failed_canaries = sorted(name for name, node in rollout.nodes.items() if node.canary and node.state in FAILED)
+    if failed_canaries:
+        return Decision(PAUSE, 'canary_failed', 'canary %s ended %s; the window does not open'
+                        % (', '.join(failed_canaries), ', '.join(rollout.nodes[name].state for name in failed_canaries)))
+    if policy.max_fail_percentage is not None and rollout.nodes:
+        failed = sum(1 for node in rollout.nodes.values() if node.state in FAILED)
+        total = len(rollout.nodes)
+        if failed * 100.0 > policy.max_fail_percentage * total:
+            return Decision(PAUSE, 'budget', 'failure budget exceeded: %d of %d node(s) failed (%s%%), '
+                            'gpufleet_max_fail_percentage is %s; in-flight nodes finish, no new admissions'
+                            % (failed, total, _number(failed * 100.0 / total), _number(policy.max_fail_percentage)))
+    return None
+
+
+def _number(value):
+    return ('%.1f' % value).rstrip('0').rstrip('.') if isinstance(value, float) else str(value)
+
+
+def canary_wait(policy, rollout, now):
+    """While fewer than ``canary`` nodes have passed (done and soaked), nodes go one at a time.
+
+    Returns (wait Decision or None, is_canary).
+    """
+    if policy.canary <= 0:
+        return None, False
+    stamp = now.timestamp()
+    done = [(node.finished or 0.0, name) for name, node in rollout.nodes.items() if node.state == 'done']
+    passed = [name for finished, name in done if finished + policy.soak_seconds <= stamp]
+    if len(passed) >= policy.canary:
+        return None, False
+    flying = sorted(in_flight(rollout))
+    if flying:
+        return Decision(WAIT, 'canary', 'canary phase: %s in flight; %d of %d canary node(s) passed'
+                        % (', '.join(flying), len(passed), policy.canary)), True
+    soaking = sorted((finished + policy.soak_seconds, name) for finished, name in done if name not in passed)
+    if soaking:
+        until = datetime.datetime.fromtimestamp(soaking[0][0], tz=datetime.timezone.utc)
+        return Decision(WAIT, 'canary', 'canary %s soaks until %s (gpufleet_soak_seconds %s)'
+                        % (soaking[0][1], until.isoformat(), _number(policy.soak_seconds)), until=until), True
+    return None, True
+
+
+def admit(policy, rollout, scheduler, node, now):
+    """Decide for ``node`` (an inventory_hostname of the rollout) at ``now``; see the module docstring."""
+    if now.tzinfo is None:
+        raise ValueError('now must be an aware datetime, got %r' % (now,))
+    if node not in rollout.nodes:
+        raise KeyError('%s is not a node of this rollout' % node)
+    me = rollout.nodes[node]
+    if me.state in FINAL:
+        return Decision(SKIP, 'final', '%s is already %s' % (node, me.state))
+    if me.state in IN_FLIGHT:
+        return Decision(ADMIT, 'resume', '%s was caught %s: re-check and continue' % (node, me.state), canary=me.canary)
+    if me.state != PENDING:
+        raise ValueError('%s: unknown state %r' % (node, me.state))
+
+    paused = pause_decision(policy, rollout, now)
+    if paused:
+        return paused
+
+    if not policy.in_maintenance_window(now):
+        until = next_opening(policy.maintenance_window, now)
+        return Decision(WAIT, 'maintenance_window', 'outside the maintenance window; it opens at %s'
+                        % (until.isoformat() if until else 'no known time'), until=until)
+
+    waiting, is_canary = canary_wait(policy, rollout, now)
+    if waiting:
+        return waiting
+
+    flying = in_flight(rollout)
+    size = policy.window_size(len(rollout.nodes))
+    if len(flying) >= size:
+        return Decision(WAIT, 'window', 'window full: %d of %d in flight' % (len(flying), size))
+
+    if policy.domain_var is not None:
+        out = domain_out(rollout, scheduler, me.domain)
+        if out >= policy.domain_max:
+            return Decision(WAIT, 'domain', '%s %s has %d node(s) out (gpufleet_domain_max %d)'
+                            % (policy.domain_var, me.domain, out, policy.domain_max))
+
+    if policy.capacity_floor > 0:
+        after = schedulable_share(rollout, scheduler, me.gpus)
+        if after is None:
+            return Decision(WAIT, 'capacity_unknown', 'the scheduler gave no GPU total; the capacity floor cannot be checked')
+        if after < policy.capacity_floor - 1e-9:
+            return Decision(WAIT, 'capacity_floor', 'taking %s out (%d GPU(s)) would leave %s%% of %d GPUs schedulable, '
+                            'below the floor of %s%%' % (node, me.gpus, _number(after * 100), scheduler.total_gpus,
+                                                         _number(policy.capacity_floor * 100)))
+
+    if is_canary:
+        return Decision(ADMIT, 'canary', '%s goes alone as a canary' % node, canary=True)
+    return Decision(ADMIT, 'admit', 'admitted: %d of %d in flight' % (len(flying) + 1, size))

@@ -1,0 +1,295 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The gate, one rule per test.
+
+Each test starts from a rollout the gate admits (asserted in ``test_baseline_admits``) and changes one thing,
+so a test fails when its rule is removed from ``admit``.
+"""
+
+import dataclasses
+import datetime
+
+import pytest
+
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._gate import Node, Rollout, SchedulerView, admit, failure_signature
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._policy import load_policy
+
+NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.timezone.utc)
+T = NOW.timestamp()
+DCGM_FAIL = ('validate', (('dcgm_diag_r1', 'gpu #: test software failed: driver mismatch'),))
+
+
+def policy(**overrides):
+    values = {'gpufleet_window': 2, 'gpufleet_canary': 0, 'gpufleet_max_fail_percentage': None}
+    values.update(overrides)
+    return load_policy(values)
+
+
+def rollout(**states):
+    """Nodes n1..n6 pending (8 GPUs, domains a/b alternating) with ``states`` overriding some."""
+    nodes = {}
+    for index in range(1, 7):
+        name = 'n%d' % index
+        nodes[name] = Node(domain='a' if index % 2 else 'b', gpus=8)
+    for name, changes in states.items():
+        nodes[name] = dataclasses.replace(nodes[name], **changes)
+    return Rollout(nodes=nodes)
+
+
+SCHEDULER = SchedulerView(total_gpus=80, unavailable={})
+
+
+def decide(pol=None, roll=None, scheduler=SCHEDULER, node='n6', now=NOW):
+    return admit(pol or policy(), roll or rollout(), scheduler, node, now)
+
+
+def test_baseline_admits():
+    decision = decide(roll=rollout(n1={'state': 'converging'}, n2={'state': 'done', 'finished': T - 60}))
+    assert (decision.action, decision.rule, decision.canary) == ('admit', 'admit', False)
+
+
+def test_window_full():
+    decision = decide(roll=rollout(n1={'state': 'converging'}, n2={'state': 'validating'}))
+    assert (decision.action, decision.rule) == ('wait', 'window')
+    assert '2 of 2' in decision.reason
+
+
+def test_window_percent_of_rollout():
+    decision = decide(pol=policy(gpufleet_window='20%'), roll=rollout(n1={'state': 'rebooting'}))
+    assert (decision.action, decision.rule) == ('wait', 'window')   # 20 % of 6 nodes = 1
+
+
+def test_quarantined_node_does_not_hold_a_window_slot():
+    decision = decide(roll=rollout(n1={'state': 'quarantined', 'finished': T - 10}, n2={'state': 'admitted'}),
+                      pol=policy(gpufleet_circuit_breaker_threshold=None))
+    assert decision.action == 'admit'
+
+
+def test_canary_goes_alone_first():
+    decision = decide(pol=policy(gpufleet_canary=1))
+    assert (decision.action, decision.rule, decision.canary) == ('admit', 'canary', True)
+
+
+def test_canary_in_flight_blocks_the_window():
+    decision = decide(pol=policy(gpufleet_canary=1), roll=rollout(n1={'state': 'rebooting', 'canary': True}))
+    assert (decision.action, decision.rule) == ('wait', 'canary')
+    assert 'n1 in flight' in decision.reason
+
+
+def test_each_canary_must_pass_before_the_next():
+    decision = decide(pol=policy(gpufleet_canary=2), roll=rollout(n1={'state': 'done', 'canary': True, 'finished': T - 5}))
+    assert (decision.action, decision.rule, decision.canary) == ('admit', 'canary', True)
+    decision = decide(pol=policy(gpufleet_canary=2), roll=rollout(n1={'state': 'done', 'canary': True, 'finished': T - 5},
+                                                                  n2={'state': 'validating', 'canary': True}))
+    assert (decision.action, decision.rule) == ('wait', 'canary')
+
+
+def test_canary_soak():
+    roll = rollout(n1={'state': 'done', 'canary': True, 'finished': T - 100})
+    decision = decide(pol=policy(gpufleet_canary=1, gpufleet_soak_seconds=300), roll=roll)
+    assert (decision.action, decision.rule) == ('wait', 'canary')
+    assert decision.until == NOW + datetime.timedelta(seconds=200)
+    assert decide(pol=policy(gpufleet_canary=1, gpufleet_soak_seconds=60), roll=roll).rule == 'admit'
+
+
+def test_window_opens_after_canaries_pass():
+    roll = rollout(n1={'state': 'done', 'canary': True, 'finished': T - 5}, n2={'state': 'converging'})
+    decision = decide(pol=policy(gpufleet_canary=1), roll=roll)
+    assert (decision.action, decision.rule) == ('admit', 'admit')
+
+
+def test_deferred_canary_is_not_a_pass():
+    roll = rollout(n1={'state': 'deferred', 'canary': True, 'finished': T - 5})
+    decision = decide(pol=policy(gpufleet_canary=1), roll=roll)
+    assert (decision.action, decision.canary) == ('admit', True)
+
+
+def test_failed_canary_pauses():
+    roll = rollout(n1={'state': 'quarantined', 'canary': True, 'finished': T - 5, 'signature': ('reboot', 'unreachable')})
+    decision = decide(pol=policy(gpufleet_canary=1), roll=roll)
+    assert (decision.action, decision.rule) == ('pause', 'canary_failed')
+
+
+def test_domain_limit():
+    roll = rollout(n2={'state': 'drained'})   # n2 and n6 are both in domain b
+    decision = decide(pol=policy(gpufleet_domain_var='rack', gpufleet_domain_max=1), roll=roll)
+    assert (decision.action, decision.rule) == ('wait', 'domain')
+    assert decide(pol=policy(gpufleet_domain_var='rack', gpufleet_domain_max=2), roll=roll).action == 'admit'
+
+
+def test_domain_counts_nodes_down_by_others():
+    scheduler = SchedulerView(total_gpus=80, unavailable={'x9': 8}, domains={'x9': 'b'})
+    decision = decide(pol=policy(gpufleet_domain_var='rack', gpufleet_domain_max=1), scheduler=scheduler)
+    assert (decision.action, decision.rule) == ('wait', 'domain')
+
+
+def test_capacity_floor():
+    # 80 GPUs, 8 in flight, 8 more would leave 64 = 80 % schedulable.
+    roll = rollout(n1={'state': 'cordoned'})
+    assert decide(pol=policy(gpufleet_capacity_floor=0.8), roll=roll).action == 'admit'
+    decision = decide(pol=policy(gpufleet_capacity_floor='81%'), roll=roll)
+    assert (decision.action, decision.rule) == ('wait', 'capacity_floor')
+    assert '80% of 80 GPUs' in decision.reason
+
+
+def test_capacity_floor_counts_nodes_cordoned_by_others_once():
+    scheduler = SchedulerView(total_gpus=80, unavailable={'x9': 8, 'n1': 8})
+    roll = rollout(n1={'state': 'cordoned'})   # our in-flight node also shows as cordoned: counted once
+    assert decide(pol=policy(gpufleet_capacity_floor=0.7), roll=roll, scheduler=scheduler).action == 'admit'
+    decision = decide(pol=policy(gpufleet_capacity_floor=0.75), roll=roll, scheduler=scheduler)
+    assert decision.rule == 'capacity_floor'
+
+
+def test_capacity_floor_counts_our_quarantined_nodes():
+    roll = rollout(n1={'state': 'quarantined', 'finished': T - 10})
+    decision = decide(pol=policy(gpufleet_capacity_floor=0.81, gpufleet_circuit_breaker_threshold=None), roll=roll)
+    assert decision.rule == 'capacity_floor'
+
+
+def test_capacity_unknown_waits():
+    decision = decide(pol=policy(gpufleet_capacity_floor=0.5), scheduler=SchedulerView(total_gpus=None))
+    assert (decision.action, decision.rule) == ('wait', 'capacity_unknown')
+
+
+def test_outside_maintenance_window():
+    pol = policy(gpufleet_maintenance_window={'days': ['tue'], 'start': '22:00', 'end': '06:00', 'timezone': 'UTC'})
+    decision = decide(pol=pol)
+    assert (decision.action, decision.rule) == ('wait', 'maintenance_window')
+    assert decision.until == datetime.datetime(2026, 11, 24, 22, 0, tzinfo=datetime.timezone.utc)
+    assert decide(pol=pol, now=NOW.replace(hour=23)).action == 'admit'
+
+
+def test_budget_pauses():
+    roll = rollout(n1={'state': 'rolled_back', 'finished': T - 5}, n2={'state': 'converging'})
+    decision = decide(pol=policy(gpufleet_max_fail_percentage=10), roll=roll)
+    assert (decision.action, decision.rule) == ('pause', 'budget')
+    assert '1 of 6' in decision.reason
+    assert decide(pol=policy(gpufleet_max_fail_percentage=20), roll=roll).action == 'admit'   # 16.7 % is not over 20
+
+
+def test_budget_pause_lets_in_flight_nodes_finish():
+    roll = rollout(n1={'state': 'rolled_back', 'finished': T - 5}, n2={'state': 'converging'})
+    decision = decide(pol=policy(gpufleet_max_fail_percentage=0), roll=roll, node='n2')
+    assert (decision.action, decision.rule) == ('admit', 'resume')
+
+
+def test_pin_suspect_from_early_nodes():
+    roll = rollout(n1={'state': 'rolled_back', 'finished': T - 50, 'signature': DCGM_FAIL},
+                   n2={'state': 'rolled_back', 'finished': T - 40, 'signature': DCGM_FAIL})
+    decision = decide(pol=policy(), roll=roll)
+    assert (decision.action, decision.rule) == ('pause', 'pin_suspect')
+    assert 'roll back the pin' in decision.reason and 'n1, n2' in decision.reason and 'dcgm_diag_r1' in decision.reason
+
+
+def test_pin_suspect_needs_the_same_failure():
+    other = ('validate', (('gpu_count', 'nvidia-smi lists # gpu(s), # before'),))
+    roll = rollout(n1={'state': 'rolled_back', 'finished': T - 50, 'signature': DCGM_FAIL},
+                   n2={'state': 'rolled_back', 'finished': T - 40, 'signature': other})
+    assert decide(pol=policy(), roll=roll).action == 'admit'
+
+
+def test_pin_suspect_only_among_early_nodes():
+    roll = rollout(n1={'state': 'done', 'finished': T - 90}, n2={'state': 'done', 'finished': T - 80},
+                   n3={'state': 'rolled_back', 'finished': T - 50, 'signature': DCGM_FAIL},
+                   n4={'state': 'rolled_back', 'finished': T - 40, 'signature': DCGM_FAIL})
+    assert decide(pol=policy(gpufleet_pin_fault_early_nodes=3), roll=roll).action == 'admit'
+    assert decide(pol=policy(gpufleet_pin_fault_early_nodes=4), roll=roll).rule == 'pin_suspect'
+
+
+def test_hardware_failures_are_not_pin_faults():
+    roll = rollout(n1={'state': 'quarantined', 'finished': T - 50, 'signature': DCGM_FAIL, 'rma_suspect': True},
+                   n2={'state': 'quarantined', 'finished': T - 40, 'signature': DCGM_FAIL, 'rma_suspect': True})
+    assert decide(pol=policy(gpufleet_circuit_breaker_threshold=None), roll=roll).action == 'admit'
+
+
+def test_canary_validation_failure_is_a_pin_suspect():
+    roll = rollout(n1={'state': 'rolled_back', 'canary': True, 'finished': T - 5, 'signature': DCGM_FAIL})
+    decision = decide(pol=policy(gpufleet_canary=1), roll=roll)
+    assert (decision.action, decision.rule) == ('pause', 'pin_suspect')
+    assert 'roll back the pin' in decision.reason
+
+
+def test_circuit_breaker():
+    roll = rollout(n1={'state': 'quarantined', 'finished': T - 30}, n2={'state': 'quarantined', 'finished': T - 20})
+    pol = policy(gpufleet_circuit_breaker_threshold=3, gpufleet_circuit_breaker_window=600)
+    assert decide(pol=pol, roll=roll).action == 'admit'
+    roll = dataclasses.replace(roll, quarantines=(T - 100,))     # one more from an earlier run of this collection
+    decision = decide(pol=pol, roll=roll)
+    assert (decision.action, decision.rule) == ('pause', 'circuit_breaker')
+    assert 'operator resets' in decision.reason
+
+
+def test_circuit_breaker_window_slides():
+    roll = rollout(n1={'state': 'quarantined', 'finished': T - 30}, n2={'state': 'quarantined', 'finished': T - 20})
+    roll = dataclasses.replace(roll, quarantines=(T - 700,))
+    pol = policy(gpufleet_circuit_breaker_threshold=3, gpufleet_circuit_breaker_window=600)
+    assert decide(pol=pol, roll=roll).action == 'admit'
+
+
+def test_circuit_breaker_stays_open_until_reset():
+    roll = rollout(n1={'state': 'quarantined', 'finished': T - 30}, n2={'state': 'quarantined', 'finished': T - 20})
+    pol = policy(gpufleet_circuit_breaker_threshold=2, gpufleet_circuit_breaker_window=600)
+    assert decide(pol=pol, roll=roll).rule == 'circuit_breaker'
+    assert decide(pol=pol, roll=dataclasses.replace(roll, breaker_reset=T - 10)).action == 'admit'
+
+
+def test_operator_pause():
+    decision = decide(roll=dataclasses.replace(rollout(), paused='bad rack'))
+    assert (decision.action, decision.rule) == ('pause', 'operator')
+    assert 'bad rack' in decision.reason
+
+
+def test_final_node_is_skipped():
+    assert decide(roll=rollout(n6={'state': 'done', 'finished': T})).action == 'skip'
+
+
+def test_node_caught_mid_way_resumes_even_when_paused():
+    roll = dataclasses.replace(rollout(n6={'state': 'rebooting', 'canary': True}), paused='stop')
+    decision = decide(roll=roll)
+    assert (decision.action, decision.rule, decision.canary) == ('admit', 'resume', True)
+
+
+def test_now_must_be_aware():
+    with pytest.raises(ValueError):
+        decide(now=NOW.replace(tzinfo=None))
+
+
+def test_unknown_node():
+    with pytest.raises(KeyError):
+        decide(node='nope')
+
+
+# ---- failure signatures from node_upgrade_result
+
+
+def result(node, gpu, uuid):
+    return {'state': 'rolled_back', 'phase': 'validate', 'reason': 'dcgm_diag_r1 failed',
+            'validation': [{'name': 'health', 'passed': True, 'message': ''},
+                           {'name': 'dcgm_diag_r1', 'passed': False,
+                            'message': 'GPU %d (%s, 0000:%02x:00.0) on %s: software: Driver/library version mismatch'
+                                       % (gpu, uuid, gpu + 0x18, node)}]}
+
+
+def test_same_failure_on_two_nodes_reads_the_same():
+    first = failure_signature(result('gpu-a01', 3, 'GPU-1b2c3d4e-0000-1111-2222-333344445555'), 'gpu-a01')
+    second = failure_signature(result('gpu-b17', 5, 'GPU-9f8e7d6c-aaaa-bbbb-cccc-ddddeeeeffff'), 'gpu-b17')
+    assert first == second
+    assert first[0] == 'validate' and first[1][0][0] == 'dcgm_diag_r1'
+    assert '<uuid>' in first[1][0][1] and '<pci>' in first[1][0][1] and '<node>' in first[1][0][1]
+
+
+def test_signature_without_validation_uses_phase():
+    signature = failure_signature({'state': 'quarantined', 'phase': 'converge', 'reason': 'dpkg: error processing nvidia-driver-580'})
+    assert signature == ('converge', 'dpkg: error processing nvidia-driver-#')
+
+
+@pytest.mark.parametrize('state', ['done', 'deferred', 'left_alone'])
+def test_no_signature_without_failure(state):
+    assert failure_signature({'state': state, 'phase': 'drain', 'reason': 'x'}) is None
+
+
+def test_states_cover_the_ledger():
+    assert set(_gate.STATES) == {'pending', 'admitted', 'cordoned', 'drained', 'converging', 'rebooting', 'validating',
+                                 'rolling_back', 'done', 'rolled_back', 'quarantined', 'deferred', 'left_alone'}

@@ -1,0 +1,121 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The plan: order (idle first, domains interleaved, checkpoint-aware), blockers now, predicted durations."""
+
+import datetime
+
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._gate import SchedulerView
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._planner import (
+    DEFAULT_PHASE_SECONDS, Job, PlanNode, node_seconds, order, phase_estimates, plan)
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._policy import load_policy
+
+NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.timezone.utc)
+T = NOW.timestamp()
+SCHEDULER = SchedulerView(total_gpus=64)
+
+
+def policy(**overrides):
+    values = {'gpufleet_window': 2, 'gpufleet_canary': 0}
+    values.update(overrides)
+    return load_policy(values)
+
+
+def names(items):
+    return [item[0].name for item in items]
+
+
+def test_idle_nodes_first_domains_interleaved():
+    nodes = [PlanNode('a1', domain='a'), PlanNode('a2', domain='a'), PlanNode('a3', domain='a'),
+             PlanNode('b1', domain='b'), PlanNode('b2', domain='b'), PlanNode('c1', domain='c'),
+             PlanNode('busy', domain='a', jobs=(Job('7', end=T + 60),))]
+    assert names(order(nodes)) == ['a1', 'b1', 'c1', 'a2', 'b2', 'a3', 'busy']
+
+
+def test_checkpointed_nodes_by_checkpoint_then_undeclared_work_then_left_alone():
+    nodes = [PlanNode('late', jobs=(Job('1', checkpoint=T + 900),)),
+             PlanNode('early', jobs=(Job('2', checkpoint=T + 100),)),
+             PlanNode('ends', jobs=(Job('3', end=T + 500),)),
+             PlanNode('unknown', jobs=(Job('4'),)),
+             PlanNode('idle'),
+             PlanNode('cordoned')]
+    assert names(order(nodes, unavailable={'cordoned': 8})) == ['idle', 'early', 'ends', 'late', 'unknown', 'cordoned']
+
+
+def test_node_with_two_jobs_waits_for_the_later_checkpoint():
+    nodes = [PlanNode('two', jobs=(Job('1', checkpoint=T + 100), Job('2', checkpoint=T + 800))),
+             PlanNode('one', jobs=(Job('3', checkpoint=T + 500),))]
+    assert names(order(nodes)) == ['one', 'two']
+
+
+def test_checkpointed_node_drained_right_after_its_checkpoint():
+    # window 1: idle nodes run back to back, but the checkpointed node takes the first slot after its checkpoint.
+    seconds = node_seconds(DEFAULT_PHASE_SECONDS)
+    nodes = [PlanNode('i%d' % index) for index in range(4)] + [PlanNode('ck', jobs=(Job('9', checkpoint=T + seconds + 1),))]
+    result = plan(policy(gpufleet_window=1), nodes, SCHEDULER, NOW)
+    by_name = {entry['node']: entry for entry in result['order']}
+    assert by_name['ck']['start_in'] == 2 * seconds           # the first slot free after the checkpoint
+    assert by_name['i2']['start_in'] == 3 * seconds            # an idle node waits one turn for it
+    assert by_name['ck']['blocked_by'][0]['rule'] == 'running_job' and 'checkpoint at' in by_name['ck']['blocked_by'][0]['reason']
+
+
+def test_sliding_window_prediction_and_canary():
+    seconds = node_seconds(DEFAULT_PHASE_SECONDS)
+    nodes = [PlanNode('n%d' % index) for index in range(5)]
+    result = plan(policy(gpufleet_window=2, gpufleet_canary=1, gpufleet_soak_seconds=60), nodes, SCHEDULER, NOW)
+    starts = [entry['start_in'] for entry in result['order']]
+    assert starts == [0, seconds + 60, seconds + 60, 2 * seconds + 60, 2 * seconds + 60]
+    assert result['predicted_seconds'] == 3 * seconds + 60
+    assert [entry['canary'] for entry in result['order']] == [True, False, False, False, False]
+    assert result['order'][1]['blocked_by'] == [{'rule': 'canary', 'reason': 'the window opens after 1 canary node(s) pass'}]
+
+
+def test_window_blocker_beyond_the_window():
+    result = plan(policy(gpufleet_window=2), [PlanNode('n%d' % index) for index in range(3)], SCHEDULER, NOW)
+    assert [entry['blocked_by'] for entry in result['order']][:2] == [[], []]
+    assert result['order'][2]['blocked_by'][0]['rule'] == 'window'
+
+
+def test_blockers_now():
+    scheduler = SchedulerView(total_gpus=32, unavailable={'down': 8}, domains={'down': 'r1'})
+    nodes = [PlanNode('pdb', gpus=8, domain='r2', pdb_blocked='training/pdb-1'),
+             PlanNode('same-rack', gpus=8, domain='r1'),
+             PlanNode('floor', gpus=16, domain='r3')]
+    result = plan(policy(gpufleet_domain_var='rack', gpufleet_capacity_floor=0.5, gpufleet_window=3), nodes, scheduler, NOW)
+    rules = {entry['node']: [blocker['rule'] for blocker in entry['blocked_by']] for entry in result['order']}
+    assert rules['pdb'] == ['pdb']
+    assert rules['same-rack'] == ['domain']
+    assert rules['floor'] == ['capacity_floor']     # 32 - 8 down - 16 = 8 of 32 < 50 %
+
+
+def test_nodes_cordoned_by_others_listed_never_planned():
+    result = plan(policy(), [PlanNode('a'), PlanNode('b')], SchedulerView(total_gpus=16, unavailable={'b': 8}), NOW)
+    entry = result['order'][-1]
+    assert entry['node'] == 'b' and entry['position'] is None and entry['blocked_by'][0]['rule'] == 'cordoned_by_others'
+    assert result['nodes_planned'] == 1
+
+
+def test_maintenance_window_delays_and_blocks():
+    pol = policy(gpufleet_maintenance_window={'start': '22:00', 'end': '02:00', 'timezone': 'UTC'})
+    result = plan(pol, [PlanNode('a')], SCHEDULER, NOW)
+    assert result['order'][0]['start_in'] == 10 * 3600
+    assert result['order'][0]['blocked_by'] == [{'rule': 'maintenance_window', 'reason': 'outside the maintenance window now'}]
+
+
+def test_phase_estimates_from_earlier_ledgers():
+    estimates, samples = phase_estimates([{'rebooting': [100.0, 140.0]}, {'rebooting': [120.0], 'converging': [50.0]}])
+    assert estimates['rebooting'] == 120.0 and estimates['converging'] == 50.0
+    assert estimates['validating'] == DEFAULT_PHASE_SECONDS['validating'] and samples == 3
+    assert phase_estimates([]) == (DEFAULT_PHASE_SECONDS, 0)
+
+
+def test_reboot_only_rollout_skips_converge_time():
+    assert node_seconds(DEFAULT_PHASE_SECONDS, converge=False) == node_seconds(DEFAULT_PHASE_SECONDS) - DEFAULT_PHASE_SECONDS['converging']
+
+
+def test_ten_thousand_nodes_plan():
+    nodes = [PlanNode('n%05d' % index, gpus=8, domain='r%d' % (index % 50)) for index in range(10000)]
+    result = plan(policy(gpufleet_window='10%'), nodes, SchedulerView(total_gpus=80000), NOW)
+    assert result['nodes_planned'] == 10000 and result['window'] == 1000
+    assert len({entry['node'] for entry in result['order']}) == 10000
+    assert [entry['domain'] for entry in result['order'][:3]] == ['r0', 'r1', 'r10']
