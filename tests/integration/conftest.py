@@ -213,9 +213,11 @@ class SimFleet:
         return run_playbook(playbook, self.inventory, *arguments)
 
 
-def fleet_up(state_dir, nodes, scheduler):
-    """Bring a simulated fleet up; yields its SimFleet and takes it down afterwards (use from a fixture)."""
-    process = subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', state_dir, 'up', '--nodes', str(nodes), '--scheduler', scheduler],
+def fleet_up(state_dir, nodes, scheduler, *extra):
+    """Bring a simulated fleet up (``extra``: more ``fleet up`` arguments such as ``--bmc``); yields its SimFleet and takes
+    it down afterwards (use from a fixture)."""
+    process = subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', state_dir, 'up', '--nodes', str(nodes), '--scheduler', scheduler]
+                             + list(extra),
                              capture_output=True, text=True, check=False, timeout=1800)
     if process.returncode != 0:
         raise AssertionError('fleet up failed (rc=%s):\n%s%s' % (process.returncode, process.stdout, process.stderr))

@@ -3,12 +3,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """gpufleet.lifecycle.node_upgrade (with node_validate) and the rolling_restart playbook on the simulated fleet.
 
-One fleet for the whole module (build/sim-node-upgrade: 8 nodes on the 550 branch, real Slurm); the
+One fleet for the whole module (build/sim-node-upgrade: 8 nodes on the 550 branch, real Slurm, a Redfish BMC per node); the
 Kubernetes cases run against a fake Kubernetes API started for the same nodes.  Each case works on its own
 node(s), so the cases do not depend on each other's order:
 
 gpu-01 happy path (Slurm)        gpu-02 DCGM fails on 580 only    gpu-03 DCGM fails on both pins
-gpu-04 reboot_hang, no BMC       gpu-05 driver_reload             gpu-06 dpkg_fail mid-install
+gpu-04 reboot_hang, no BMC, then reboot_hang with the BMC: one power cycle brings it back
+gpu-05 driver_reload             gpu-06 dpkg_fail mid-install
 gpu-07 admin-drained             gpu-08 long job, short timeout   gpu-01 (after the happy path) GPU lost
 gpu-02, gpu-05 Kubernetes happy path / quarantine (after their Slurm cases, reboot-only)
 gpu-06, gpu-07, gpu-08 batch mode: serial [1, 2], max_fail_percentage 0, a failing canary.
@@ -42,7 +43,7 @@ SIM_VARS = {'gpufleet_boot_time_command': 'stat -c %Z /proc/1', 'gpufleet_reboot
 
 @pytest.fixture(scope='module')
 def fleet():
-    yield from fleet_up(FLEET_STATE, 8, 'slurm')
+    yield from fleet_up(FLEET_STATE, 8, 'slurm', '--bmc')
 
 
 def upgrade(fleet, node, *extra, **variables):
@@ -133,7 +134,9 @@ def test_reboot_hang_without_bmc_is_quarantined_unreachable(fleet):
     node = 'gpu-04'
     fleet.fleet('fault', node, 'reboot_hang')
     try:
-        run, result = upgrade(fleet, node, node_upgrade_converge=False, node_upgrade_reboot='always', gpufleet_reboot_timeout=20)
+        # The fleet has BMCs; this case is a node without one.
+        run, result = upgrade(fleet, node, node_upgrade_converge=False, node_upgrade_reboot='always', gpufleet_reboot_timeout=20,
+                              node_upgrade_bmc_address='')
     finally:
         fleet.fleet('fault', node, 'clear')
     assert run.rc == 0, failures(run)
@@ -144,6 +147,26 @@ def test_reboot_hang_without_bmc_is_quarantined_unreachable(fleet):
     # Bring it back for the other cases (the fault is cleared; the next boot starts sshd).
     fleet.fleet('reboot-node', node)
     poll(lambda: fleet.node_exec(node, 'systemctl', 'is-active', 'ssh').stdout.strip() == 'active', 90, 'gpu-04 back')
+
+
+def test_reboot_hang_with_a_bmc_gets_one_power_cycle_and_returns_to_service(fleet):
+    node = 'gpu-04'   # back in service? it was quarantined above: resume it first, as an operator would
+    slurm_sim.scontrol(fleet.vars['gpufleet_slurm_environment'], 'update', 'NodeName=' + node, 'State=RESUME')
+    host = fleet.inventory_data['all']['children']['gpu']['hosts'][node]
+    password = host['gpufleet_bmc_password']
+    before = loaded_driver(fleet, node)['boot_id']
+    fleet.fleet('fault', node, 'reboot_hang')
+    try:
+        run, result = upgrade(fleet, node, node_upgrade_converge=False, node_upgrade_reboot='always', gpufleet_reboot_timeout=20)
+    finally:
+        fleet.fleet('fault', node, 'clear')
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'done', result
+    assert result['reboot']['power_cycled'], result['reboot']
+    assert loaded_driver(fleet, node)['boot_id'] != before
+    assert 'DRAIN' not in slurm(fleet, node)['State']
+    # The BMC password never reaches the output.
+    assert password and password not in json.dumps(run.document) and password not in run.stderr
 
 
 def test_driver_reload_changes_the_loaded_driver_without_a_reboot(fleet):
