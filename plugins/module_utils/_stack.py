@@ -350,22 +350,22 @@ def _strays(pin, manager, installed, targets, purge_other_branches):
     for name in sorted(installed):
         if name in names:
             continue
-        reason = None
+        reason = component = None
         if manager == 'apt':
             match = _APT_DRIVER_BRANCH_RE.match(name)
             fm_match = _APT_FM_RE.match(name)
             if driver and purge_other_branches and match and not fm_match and match.group(1) != _branch(driver):
-                reason = 'driver branch %s, not %s' % (match.group(1), _branch(driver))
+                reason, component = 'driver branch %s, not %s' % (match.group(1), _branch(driver)), 'driver'
             elif fabric_manager and fm_match and fm_match.group(1) != _branch(fabric_manager):
-                reason = 'Fabric Manager branch %s, not %s' % (fm_match.group(1), _branch(fabric_manager))
+                reason, component = 'Fabric Manager branch %s, not %s' % (fm_match.group(1), _branch(fabric_manager)), 'fabric_manager'
         elif driver and purge_other_branches and _DNF_DRIVER_OTHER_RE.match(name):
-            reason = 'another driver source than branch %s' % _branch(driver)
+            reason, component = 'another driver source than branch %s' % _branch(driver), 'driver'
         if pin.get('dcgm') and reason is None:
             major = int(pin['dcgm'].split('.', 1)[0])
             if (major < 4 and name in _DCGM4) or (major >= 4 and name == _DCGM3):
-                reason = 'DCGM %s family, not %s' % ('4' if major < 4 else '3', major)
+                reason, component = 'DCGM %s family, not %s' % ('4' if major < 4 else '3', major), 'dcgm'
         if reason:
-            strays.append({'name': name, 'version': _current(installed[name]), 'reason': reason})
+            strays.append({'name': name, 'version': _current(installed[name]), 'reason': reason, 'component': component})
     return strays
 
 
@@ -378,10 +378,11 @@ def plan(pin, manager, installed, flavor='server', revisions=None, package_versi
     ``module_list``: ``dnf module list nvidia-driver`` output (dnf only).
 
     Returns ``packages`` (every target with ``current`` and ``changed``), ``changes`` (the specs to
-    install), ``strays`` (``name``/``version``/``reason`` to remove), ``missing`` (targets the repository
+    install), ``strays`` (``name``/``version``/``reason``/``component`` to remove), ``missing`` (targets the repository
     lacks, with the pin field), ``release`` (held / locked names that must be released first), ``hold``
     (names to hold / lock after the install), ``stream`` (dnf: ``enabled``, ``target``, ``change``),
-    ``current_pin`` (the installed versions as a pin) and ``changed``.
+    ``current_pin`` (the installed versions as a pin), ``changed`` and ``changed_components`` (the pin
+    components whose packages are installed or removed).
     """
     pin = validate_pin(pin)
     targets = target_packages(pin, manager, flavor, revisions, package_versions)
@@ -432,6 +433,10 @@ def plan(pin, manager, installed, flavor='server', revisions=None, package_versi
         'stream': stream,
         'current_pin': pin_from_installed(installed, manager),
         'changed': bool(changed_names or strays or hold or (stream and stream['change'])),
+        # The components whose packages the run installs or removes (a caller converging several at once, gpu_stack,
+        # tells each component's follow-up steps from this: the DKMS build, the reboot).
+        'changed_components': sorted(set(item['component'] for item in packages if item['changed'])
+                                     | set(stray['component'] for stray in strays)),
     }
 
 

@@ -152,7 +152,16 @@ strays:
   returned: success
   type: list
   elements: dict
-  sample: [{name: nvidia-dkms-550, version: 550.127.05-0ubuntu1, reason: driver branch 550, not 580}]
+  sample: [{name: nvidia-dkms-550, version: 550.127.05-0ubuntu1, reason: driver branch 550, not 580, component: driver}]
+changed_components:
+  description:
+    - The pin components whose packages are installed, moved or removed (a stray counts for the component whose branch
+      or family it is). C(gpufleet.lifecycle.gpu_stack) converges every component in one pass and runs each component's
+      follow-up steps (the driver's DKMS build, the kernel's pending reboot) from this.
+  returned: success
+  type: list
+  elements: str
+  sample: [dcgm, driver]
 missing:
   description: Targets the repository does not have, with the pin field (empty when I(check_repository=false)).
   returned: success

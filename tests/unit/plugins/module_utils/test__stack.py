@@ -217,6 +217,19 @@ def test_apt_plan_550_to_580():
     assert result['current_pin'] == {'driver': '550.127.05', 'fabric_manager': '550.127.05', 'container_toolkit': '1.16.2',
                                      'dcgm': '3.3.9'}
     assert result['stream'] is None
+    assert [stray['component'] for stray in result['strays']] == [
+        'dcgm', 'driver', 'driver', 'driver', 'driver', 'fabric_manager', 'driver', 'driver']
+    assert result['changed_components'] == ['container_toolkit', 'dcgm', 'driver', 'fabric_manager']
+
+
+def test_apt_plan_names_only_the_components_that_move():
+    # Only the container toolkit is off the pin: the driver's follow-up steps (DKMS, reboot) must not run for it.
+    installed = dict((package['name'], [package['version']]) for package in target_packages(PIN, 'apt'))
+    installed.update({'nvidia-container-toolkit': ['1.16.2-1'], 'nvidia-container-toolkit-base': ['1.16.2-1']})
+    result = plan(PIN, 'apt', installed, held=set(installed))
+    assert result['changed_components'] == ['container_toolkit']
+    assert plan(PIN, 'apt', dict((package['name'], [package['version']]) for package in target_packages(PIN, 'apt')),
+                held=set())['changed_components'] == []
 
 
 def test_apt_plan_at_the_pin_changes_nothing():
@@ -248,7 +261,8 @@ def test_dnf_plan_switches_the_real_enabled_stream_and_releases_locks():
     result = plan({'driver': '580.65.06', 'container_toolkit': '1.17.0'}, 'dnf', installed, locks=locks, module_list=module_list)
     assert result['stream'] == {'name': 'nvidia-driver', 'enabled': 'latest', 'target': '580-dkms', 'change': True}
     assert result['strays'] == [{'name': 'kmod-nvidia-open-dkms', 'version': '3:550.127.05-1.el8',
-                                 'reason': 'another driver source than branch 580'}]
+                                 'reason': 'another driver source than branch 580', 'component': 'driver'}]
+    assert result['changed_components'] == ['container_toolkit', 'driver']  # nvidia-container-toolkit-base is not installed
     assert result['release'] == ['nvidia-driver']
     assert 'nvidia-driver-580.65.06' in result['changes'] and 'nvidia-container-toolkit-1.17.0' not in result['changes']
     assert 'nvidia-container-toolkit' not in result['hold'] and 'nvidia-driver' in result['hold']

@@ -1,0 +1,105 @@
+#!/usr/bin/env python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What one node's happy path costs the controller: tasks per node (per phase) and controller CPU seconds per node.
+
+Not a test: brings up a 1-node simulated fleet (tests/sim/fleet, Slurm), runs gpufleet.lifecycle.node_upgrade on it
+(550 -> 580, reboot, validate, uncordon; tests/integration/playbooks/node_upgrade.yml) with the ansible.posix.json
+callback, and counts every task result of the node, skipped ones included (they cost the controller too), plus the
+include_tasks/include_role results. The controller CPU is the user + system time of ansible-playbook and its children
+(the SSH clients included). Needs root and podman, like the integration tests.
+
+    PATH=$PWD/.venv/bin:$PATH python benchmarks/tasks_per_node.py [--keep] [--state-dir DIR]
+"""
+
+import argparse
+import collections
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import conftest as _root_conftest  # noqa: E402,F401  pylint: disable=wrong-import-position  (the checkout as ansible_collections.gpufleet.lifecycle)
+
+sys.path.remove(ROOT)
+del sys.modules['conftest']
+sys.path.insert(0, os.path.join(ROOT, 'tests', 'integration'))
+
+from conftest import SIM, ansible_environment  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+PLAYBOOK = os.path.join(ROOT, 'tests', 'integration', 'playbooks', 'node_upgrade.yml')
+PIN_580 = {'driver': '580.65.06', 'fabric_manager': '580.65.06', 'container_toolkit': '1.17.0', 'dcgm': '4.1.0'}
+SIM_VARS = {'gpufleet_boot_time_command': 'stat -c %Z /proc/1', 'gpufleet_reboot_timeout': 45, 'gpufleet_drain_timeout': 20,
+            'node_upgrade_wait_sleep': 1}
+NODE = 'gpu-01'
+
+
+def fleet(state_dir, *arguments):
+    process = subprocess.run([os.path.join(SIM, 'fleet'), '--state-dir', state_dir] + list(arguments),
+                             capture_output=True, text=True, check=False, timeout=1800)
+    if process.returncode != 0:
+        raise SystemExit('fleet %s failed (rc=%s):\n%s%s' % (' '.join(arguments), process.returncode, process.stdout, process.stderr))
+    return process.stdout
+
+
+def phases(document, node):
+    """[(phase, task name, status)] of every result of ``node``, in run order; the phase from the role's own marks."""
+    phase = 'precheck'
+    rows = []
+    for play in document['plays']:
+        for task in play['tasks']:
+            outcome = task['hosts'].get(node)
+            if outcome is None:
+                continue
+            facts = outcome.get('ansible_facts') or {}
+            if 'node_upgrade_result' in facts:
+                phase = 'report'
+            elif facts.get('_node_upgrade_phase'):
+                phase = facts['_node_upgrade_phase']
+            status = 'skipped' if outcome.get('skipped') else 'failed' if outcome.get('failed') else 'ok'
+            rows.append((phase, task['task']['name'], status))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--state-dir', default=os.path.join(ROOT, 'build', 'bench-tasks-per-node'))
+    parser.add_argument('--keep', action='store_true', help='leave the fleet up (a second run reuses it, on 580 then)')
+    parser.add_argument('--list', action='store_true', help='print every task result')
+    args = parser.parse_args()
+    inventory = fleet(args.state_dir, 'up', '--nodes', '1', '--scheduler', 'slurm').strip().splitlines()[-1]
+    try:
+        variables = dict(SIM_VARS, target=NODE, gpufleet_pin=PIN_580)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.time()
+        process = subprocess.run(['ansible-playbook', '-i', inventory, PLAYBOOK, '-e', json.dumps(variables)],
+                                 env=ansible_environment(), cwd=ROOT, capture_output=True, text=True, check=False, timeout=900)
+        wall = time.time() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        document = json.loads(process.stdout)
+        rows = phases(document, NODE)
+        result = document['plays'][-1]['tasks'][-1]['hosts'].get(NODE, {}).get('node_upgrade_result', {})
+        if args.list:
+            for row in rows:
+                print('%-10s %-8s %s' % (row[0], row[2], row[1]))
+        per_phase = collections.OrderedDict()
+        for phase, _name, _status in rows:
+            per_phase[phase] = per_phase.get(phase, 0) + 1
+        print('state: %s (ansible-playbook rc=%s, %.1f s wall)' % (result.get('state'), process.returncode, wall))
+        print('tasks per node: %d (%d skipped)' % (len(rows), sum(1 for row in rows if row[2] == 'skipped')))
+        print('per phase: ' + ', '.join('%s %d' % item for item in per_phase.items()))
+        print('controller CPU seconds per node: %.2f' % cpu)
+        return 0 if result.get('state') == 'done' and process.returncode == 0 else 1
+    finally:
+        if not args.keep:
+            fleet(args.state_dir, 'down')
+
+
+if __name__ == '__main__':
+    sys.exit(main())
