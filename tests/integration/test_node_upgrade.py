@@ -299,3 +299,38 @@ def test_batch_mode_stops_at_a_failing_canary(fleet, tmp_path):
         assert json.load(handle)['state'] == 'quarantined'
     # The later batch never started: its nodes are untouched.
     assert all('DRAIN' not in slurm(fleet, node)['State'] for node in nodes[1:])
+
+
+CONVERGE = os.path.join(ROOT, 'playbooks', 'converge.yml')
+ROLLBACK = os.path.join(ROOT, 'playbooks', 'rollback.yml')
+
+
+def results_of(folder):
+    found = {}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        with open(os.path.join(folder, name), encoding='utf-8') as handle:
+            found[name[:-len('.json')]] = json.load(handle)
+    return found
+
+
+def test_converge_only_the_drifted_then_roll_back(fleet, tmp_path):
+    """converge.yml upgrades a drifted node; run again it touches nothing (the node is in sync); rollback.yml takes the
+    node back to the previous pin gpu_stack recorded."""
+    node = 'gpu-04'   # on 550, in service
+    first, second, back = (str(tmp_path / name) for name in ('converge', 'again', 'rollback'))
+    run = fleet.playbook(CONVERGE, '-e', json.dumps(dict(SIM_VARS, gpufleet_hosts=node, gpufleet_pin=PIN_580, gpufleet_results_dir=first)))
+    assert run.rc == 0, failures(run)
+    assert results_of(first)[node]['state'] == 'done', results_of(first)
+    assert loaded_driver(fleet, node)['driver'] == '580.65.06'
+    booted = loaded_driver(fleet, node)['boot_id']
+
+    again = fleet.playbook(CONVERGE, '-e', json.dumps(dict(SIM_VARS, gpufleet_hosts=node, gpufleet_pin=PIN_580, gpufleet_results_dir=second)))
+    assert again.rc == 0, failures(again)
+    assert results_of(second) == {}
+    assert loaded_driver(fleet, node)['boot_id'] == booted and 'DRAIN' not in slurm(fleet, node)['State']
+
+    rolled = fleet.playbook(ROLLBACK, '-e', json.dumps(dict(SIM_VARS, gpufleet_hosts=node, gpufleet_results_dir=back)))
+    assert rolled.rc == 0, failures(rolled)
+    assert results_of(back)[node]['state'] == 'done', results_of(back)
+    assert loaded_driver(fleet, node)['driver'] == '550.127.05'
+    assert 'DRAIN' not in slurm(fleet, node)['State']
