@@ -24,7 +24,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import conftest as _root_conftest  # noqa: E402,F401  pylint: disable=wrong-import-position  (the checkout as ansible_collections.gpufleet.lifecycle)
+# The checkout's conftest makes it importable as ansible_collections.gpufleet.lifecycle.
+import conftest as _root_conftest  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
 
 sys.path.remove(ROOT)
 del sys.modules['conftest']
@@ -67,7 +68,7 @@ def phases(document, node):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--state-dir', default=os.path.join(ROOT, 'build', 'bench-tasks-per-node'))
     parser.add_argument('--keep', action='store_true', help='leave the fleet up (a second run reuses it, on 580 then)')
     parser.add_argument('--list', action='store_true', help='print every task result')
