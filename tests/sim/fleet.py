@@ -456,32 +456,35 @@ class Fleet:
         log('fleet of %d node(s) up in %.0fs; inventory: %s' % (len(config['nodes']), time.time() - started, inventory))
         return inventory
 
-    def assign_ports(self, config, nodes, base_port):
-        """Give each of ``nodes`` (not running) an SSH port no other node of any fleet on this machine holds.
+    def assign_ports(self, config, nodes, base_port, kind='ssh_port'):
+        """Give each of ``nodes`` (whose sshd, or BMC for ``kind='bmc_port'``, is not running) a port no other node of
+        any fleet on this machine holds.
 
         A node keeps the port it had when that port is still free; otherwise it gets a new one.  The choice is
         recorded in fleet.json and in the machine-wide registry under one lock, so fleets coming up side by side
-        never share a port.
+        never share a port, and a node's SSH and BMC ports never collide.
         """
+        other = 'bmc_port' if kind == 'ssh_port' else 'ssh_port'
         with port_registry() as registry:
             taken = set(int(port) for port, owner in registry.items() if owner != self.state_dir)
-            taken |= set(spec['ssh_port'] for node, spec in config['nodes'].items() if node not in nodes and spec.get('ssh_port'))
-            taken |= set(spec['bmc_port'] for spec in config['nodes'].values() if spec.get('bmc_port'))
+            taken |= set(spec[other] for spec in config['nodes'].values() if spec.get(other))
+            taken |= set(spec[kind] for node, spec in config['nodes'].items() if node not in nodes and spec.get(kind))
             fresh = []
             for node in nodes:
-                port = config['nodes'][node].get('ssh_port')
+                port = config['nodes'][node].get(kind)
                 if port and port not in taken and port_is_free(port):
                     taken.add(port)
                 else:
                     fresh.append(node)
             for node, port in zip(fresh, pick_ports(len(fresh), base_port, taken, port_is_free)):
-                config['nodes'][node]['ssh_port'] = port
-            ports = [spec['ssh_port'] for spec in config['nodes'].values()]
+                config['nodes'][node][kind] = port
+            ports = [spec[key] for spec in config['nodes'].values() for key in ('ssh_port', 'bmc_port') if spec.get(key)]
             if len(set(ports)) != len(ports):
-                raise FleetError('internal error: two nodes share an SSH port: %s' % ports)
+                raise FleetError('internal error: two nodes share a port: %s' % ports)
             self.save(config)
             for spec in config['nodes'].values():
-                registry[str(spec['ssh_port'])] = self.state_dir
+                if spec.get(kind):
+                    registry[str(spec[kind])] = self.state_dir
 
     def identities(self, config, key):
         """For every node: which node answers on its SSH port (``uname -n`` over real SSH, as Ansible connects)."""
@@ -549,35 +552,13 @@ class Fleet:
             return None
         return pid
 
-    def assign_bmc_ports(self, config, nodes, base_port):
-        """Give each of ``nodes`` (no BMC running) a BMC port, under the same machine-wide registry lock as SSH ports."""
-        with port_registry() as registry:
-            taken = set(int(port) for port, owner in registry.items() if owner != self.state_dir)
-            taken |= set(spec['ssh_port'] for spec in config['nodes'].values() if spec.get('ssh_port'))
-            taken |= set(spec['bmc_port'] for node, spec in config['nodes'].items() if node not in nodes and spec.get('bmc_port'))
-            fresh = []
-            for node in nodes:
-                port = config['nodes'][node].get('bmc_port')
-                if port and port not in taken and port_is_free(port):
-                    taken.add(port)
-                else:
-                    fresh.append(node)
-            for node, port in zip(fresh, pick_ports(len(fresh), base_port, taken, port_is_free)):
-                config['nodes'][node]['bmc_port'] = port
-            ports = [spec['ssh_port'] for spec in config['nodes'].values()] + [spec['bmc_port'] for spec in config['nodes'].values()]
-            if len(set(ports)) != len(ports):
-                raise FleetError('internal error: two nodes share a port: %s' % ports)
-            self.save(config)
-            for spec in config['nodes'].values():
-                registry[str(spec['bmc_port'])] = self.state_dir
-
     def bmc_up(self, config, base_port=BMC_BASE_PORT, timeout=30):
         """One HTTPS Redfish BMC per node (tests/sim/redfish/), started where none runs; waits until each answers."""
         credentials, dummy = self.bmc_credentials()
         cert, key = self.bmc_certificate()
         nodes = sorted(config['nodes'])
         stopped = [node for node in nodes if not self.bmc_pid(node, config['nodes'][node].get('bmc_port'))]
-        self.assign_bmc_ports(config, stopped, base_port)
+        self.assign_ports(config, stopped, base_port, kind='bmc_port')
         for node in stopped:
             folder = self.node_dir(node)
             argv = [sys.executable, BMC_SERVER, '--node', node, '--port', str(config['nodes'][node]['bmc_port']),

@@ -502,7 +502,7 @@ def test_bmc_ports_skip_ssh_ports_and_other_fleets_and_stay_registered(tmp_path,
     config = fleet_config()
     fleet.save(config)
     monkeypatch.setattr(FLEET, 'port_is_free', lambda port: port != 22604)
-    fleet.assign_bmc_ports(config, ['gpu-01', 'gpu-02'], 22600)
+    fleet.assign_ports(config, ['gpu-01', 'gpu-02'], 22600, kind='bmc_port')
     assert [config['nodes'][node]['bmc_port'] for node in ('gpu-01', 'gpu-02')] == [22605, 22606]
     assert FLEET.fleet_ports(fleet.state_dir) == {22600, 22601, 22605, 22606}
     with FLEET.port_registry() as registry:
