@@ -76,7 +76,10 @@ def test_status_names_a_host_that_reaches_another_node():
 
 
 def port_in_use(port):
+    """Something listens on ``port`` (a bind with SO_REUSEADDR fails); closed connections in TIME_WAIT do not count,
+    as they do not stop sshd from binding the port again."""
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(('127.0.0.1', port))
         except OSError:

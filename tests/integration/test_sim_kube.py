@@ -357,9 +357,15 @@ def test_documents_carry_what_node_drain_decides_on(cluster):
         sample = yaml.safe_load(handle)
     kube = cluster()
     assert kube.kubectl('cordon', 'gpu-01').returncode == 0
-    nodes = json.loads(kube.kubectl('get', 'nodes', '-o', 'json').stdout)
+    # The node lifecycle controller adds the unschedulable taint a moment after the cordon, as on a real cluster.
+    deadline = time.time() + 15
+    while True:
+        nodes = json.loads(kube.kubectl('get', 'nodes', '-o', 'json').stdout)
+        status = node_plan(nodes, 'gpu-01', action='drain')['status']
+        if status['taints'] or time.time() > deadline:
+            break
+        time.sleep(0.2)
     assert nodes['kind'] == 'List' == real_nodes['kind']
-    status = node_plan(nodes, 'gpu-01', action='drain')['status']
     assert status['unschedulable'] is True and status['cordoned_by_others'] is True
     assert [t['key'] for t in status['taints']] == ['node.kubernetes.io/unschedulable']
     pods = json.loads(kube.kubectl('get', 'pods', '-A', '--field-selector', 'spec.nodeName=gpu-01', '-o', 'json').stdout)
