@@ -11,8 +11,13 @@ import json
 import os
 import socket
 import subprocess
+import sys
 
 from conftest import ROOT, SIM, require_identities
+
+sys.path.insert(0, SIM)
+
+from fleet import port_is_free  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 STATE = os.path.join(ROOT, 'build', 'sim-ports')
 BASE = 23200  # a range of its own, so the held port is the one the 4th node would get
@@ -44,7 +49,7 @@ def test_a_held_port_gives_six_distinct_ports_and_six_identities():
 
         # down returns only when the containers are gone and the ports are free: up again at once is safe.
         fleet('down')
-        assert all(not port_in_use(port) for port in ports.values())
+        assert all(port_is_free(port) for port in ports.values())
         fleet('up', '--nodes', '2', '--scheduler', 'none', '--ssh-base-port', str(BASE))
         assert require_identities(STATE)['all_reach_their_node']
     finally:
@@ -73,15 +78,3 @@ def test_status_names_a_host_that_reaches_another_node():
             json.dump(config, handle)
     finally:
         fleet('down', check=False)
-
-
-def port_in_use(port):
-    """Something listens on ``port`` (a bind with SO_REUSEADDR fails); closed connections in TIME_WAIT do not count,
-    as they do not stop sshd from binding the port again."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(('127.0.0.1', port))
-        except OSError:
-            return True
-    return False
