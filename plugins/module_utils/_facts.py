@@ -16,6 +16,7 @@ facts schema and classifies the node's health:
 
 from __future__ import annotations
 
+import json
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
@@ -168,13 +169,45 @@ def _lost_gpu_lines(stderr):
     return '\n'.join(lines) or None
 
 
+RECORDS = ('pin.json', 'pin.previous.json', 'reboot-required')
+
+
+def parse_records(records):
+    """The pins gpu_stack recorded on the node and a pending reboot, from the files' texts (None: no such file; False: too large).
+
+    Returns ``(recorded_pin, previous_pin, pending_reboot, record_error)``: each pin a mapping or None; ``pending_reboot``
+    the marker's first line ('' when the file is empty) or None; ``record_error`` names a file that is not a JSON mapping
+    (that pin then reads as None: never guessed).
+    """
+    records = records or {}
+    pins, errors = [], []
+    for name in RECORDS[:2]:
+        text = records.get(name)
+        value = None
+        if text is False:
+            errors.append('%s: too large to be a pin' % name)
+        elif text is not None:
+            try:
+                value = json.loads(text)
+            except ValueError as exc:
+                errors.append('%s: not JSON (%s)' % (name, exc))
+            else:
+                if not isinstance(value, dict):
+                    errors.append('%s: not a mapping of component to version' % name)
+                    value = None
+        pins.append(value)
+    marker = records.get(RECORDS[2])
+    pending = None if marker is None else 'too large to read' if marker is False else (marker.strip().splitlines() or [''])[0]
+    return pins[0], pins[1], pending, ('; '.join(errors) or None)
+
+
 def assemble(raw):
     """Build the ``gpufleet`` facts from the raw outputs gathered on the node.
 
     ``raw`` keys (all optional): nvidia_smi {path, rc, stdout, stderr, timed_out, command, timeout} (``_command.run``)
     or None when not found; packages {manager: dpkg|rpm, rc, stdout, stderr, timed_out, command, timeout};
     banners {tool: text or None}; services {unit: systemctl show text}; kernel; proc_modules; proc_driver_version;
-    gpu_operator_driver_root; runfile_uninstaller; nvswitch_count.
+    gpu_operator_driver_root; runfile_uninstaller; nvswitch_count; records {file name: text or None} (the state folder).
     """
     manager, packages, held, package_error = _package_facts(raw)
     kernel_module_loaded = module_loaded(raw.get('proc_modules'), 'nvidia')
@@ -209,4 +242,7 @@ def assemble(raw):
         'nvidia_module_loaded': kernel_module_loaded,
         'nouveau_loaded': module_loaded(raw.get('proc_modules'), 'nouveau'),
     }
+    recorded, previous, pending, error = parse_records(raw.get('records'))
+    facts.update(recorded_pin=recorded, previous_pin=previous, pending_reboot=pending,
+                 record_error=_command.escape_controls(error) if error else None)
     return facts

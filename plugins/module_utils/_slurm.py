@@ -290,7 +290,7 @@ WAITS = {
 }
 
 
-def decide(node, state, reason=None, force_reason=False, nextstate='resume'):
+def decide(node, state, reason=None, force_reason=False, nextstate='resume', replace_reason=False):
     """What slurm_node does with ``node`` (as ``parse_show_node`` returns it) to reach ``state``.
 
     ``reason`` is the reason as the module sets it (``gpufleet_reason``); required for ``drained`` and ``rebooted``.
@@ -299,7 +299,8 @@ def decide(node, state, reason=None, force_reason=False, nextstate='resume'):
     leaves the node alone}``.
 
     A node drained or down whose reason this collection did not set (an admin's ``bad DIMM``, Slurm's
-    ``Not responding``) is left alone - no update, no wait - unless ``force_reason``.
+    ``Not responding``) is left alone - no update, no wait - unless ``force_reason``. A node this collection drained
+    keeps its reason unless ``replace_reason`` (a quarantine saying why).
     """
     if state not in STATES:
         raise ValueError('unknown state %r: one of %s' % (state, ', '.join(STATES)))
@@ -317,7 +318,8 @@ def decide(node, state, reason=None, force_reason=False, nextstate='resume'):
             name, node['state'], escape_controls(repr(node['reason']), keep_newlines=False))
         return decision
     if state == 'drained':
-        if 'DRAIN' not in node['flags'] or (force_reason and node['reason'] != reason):
+        replace = force_reason or (replace_reason and decision['ours'])
+        if 'DRAIN' not in node['flags'] or (replace and node['reason'] != reason):
             decision['update'] = ['update', 'NodeName=%s' % name, 'State=DRAIN', 'Reason=%s' % reason]
         decision['wait'] = 'drained'
     elif state == 'resumed':
@@ -329,6 +331,16 @@ def decide(node, state, reason=None, force_reason=False, nextstate='resume'):
             decision['update'] = ['reboot', 'ASAP', 'nextstate=%s' % nextstate.upper(), 'reason=%s' % reason, name]
         decision['wait'] = 'rebooted'
     return decision
+
+
+def restore_after_timeout(previous, decision):
+    """The scontrol arguments that put a node back as it was after a drain that ran out of time, [] when there is nothing to undo.
+
+    Only a drain this call set is undone: a node that already had the DRAIN flag (a drain of an earlier run) stays drained.
+    """
+    if decision['update'] and 'DRAIN' not in previous['flags'] and previous['base_state'] != 'DOWN':
+        return ['update', 'NodeName=%s' % previous['name'], 'State=RESUME']
+    return []
 
 
 def wait_done(wait, node, previous):

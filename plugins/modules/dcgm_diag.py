@@ -36,6 +36,13 @@ options:
       - Mutually exclusive with I(tests). When neither is given, level 1 runs.
     type: int
     choices: [1, 2, 3, 4]
+  levels:
+    description:
+      - A ladder - run these levels in order (the runbook's is C([1, 3])); a level after one that failed or could not run is not
+        run. Each level's result is in RV(ladder); the module passes when every level passed.
+      - Mutually exclusive with I(level) and I(tests).
+    type: list
+    elements: int
   tests:
     description:
       - Names of the tests to run instead of a level, for example C(software), C(memory), C(pcie), C(targeted_stress).
@@ -137,6 +144,13 @@ failures:
   type: list
   elements: dict
   returned: when the diagnostic ran
+ladder:
+  description:
+    - With I(levels), one entry per level in order, C(level) and C(result) - what the module returns for that level alone (a
+      level that could not run has C(failed) and C(reason)), null for a level not run because an earlier one failed.
+  type: list
+  elements: dict
+  returned: with I(levels)
 cmd:
   description: The argument list that was run.
   type: list
@@ -175,16 +189,80 @@ def _verdict(document, fail_on_warning):
     return result
 
 
-def _fail_to_run(module, argv, rc, stdout, stderr):
+class CouldNotRun(Exception):
+    """The diagnostic could not run; ``result`` is what the task returns (msg, reason, cmd, ...)."""
+
+    def __init__(self, **result):
+        super().__init__(result.get('msg'))
+        self.result = result
+
+
+def _could_not_run(argv, rc, stdout, stderr):
     failure = _dcgm.classify_failure(rc, stdout, stderr)
-    module.fail_json(msg=_command.escape_controls('dcgmi diag could not run (%s): %s' % (failure['reason'], failure['message'])), reason=failure['reason'],
-                     cmd=argv, dcgmi_rc=rc, stdout=stdout, stderr=stderr)
+    return CouldNotRun(msg=_command.escape_controls('dcgmi diag could not run (%s): %s' % (failure['reason'], failure['message'])),
+                       reason=failure['reason'], cmd=argv, dcgmi_rc=rc, stdout=stdout, stderr=stderr)
+
+
+def run_diag(module, dcgmi, selection):
+    """Run one diagnostic (a level or a test list); the verdict, or :class:`CouldNotRun`."""
+    params = module.params
+    try:
+        argv = _dcgm.build_diag_argv(dcgmi, selection, config=params['config'], gpus=params['gpus'],
+                                     timeout=params['timeout'], parameters=params['parameters'])
+        limit = _dcgm.process_timeout(selection, timeout=params['timeout'], command_timeout=params['command_timeout'])
+    except ValueError as exc:
+        raise CouldNotRun(msg='invalid diagnostic request: %s' % exc, reason='invalid_request', cmd=[])
+    if module.check_mode:
+        return dict(changed=False, skipped=True, cmd=argv, msg='check mode: no active diagnostic was run (it would run: %s)' % ' '.join(argv[1:]))
+    try:
+        ran = _command.run(argv, limit, errors='replace')
+    except _command.CommandError as exc:
+        raise CouldNotRun(msg=str(exc), reason='dcgmi_failed', cmd=argv)
+    rc, stdout, stderr = ran['rc'], ran['stdout'], ran['stderr']
+    if ran['timed_out']:
+        raise CouldNotRun(msg=_command.describe_timeout(ran), reason='dcgmi_hung', cmd=argv, stdout=stdout, stderr=stderr)
+    try:
+        document = _dcgm.parse_diag_json(stdout)
+    except _dcgm.DcgmRuntimeError:
+        # The document only says the diagnostic could not run (host engine, GPUs in use, ...).
+        raise _could_not_run(argv, rc, stdout, stderr)
+    except _dcgm.DcgmParseError as exc:
+        if rc == 0:
+            raise CouldNotRun(msg=_command.escape_controls('dcgmi diag printed a document that cannot be read: %s' % exc), reason='unreadable',
+                              cmd=argv, dcgmi_rc=rc, stdout=stdout, stderr=stderr)
+        raise _could_not_run(argv, rc, stdout, stderr)
+    result = _verdict(document, params['fail_on_warning'])
+    result.update(changed=False, cmd=argv, dcgmi_rc=rc)
+    return result
+
+
+def _described(result):
+    described = '; '.join('%s on GPU %s: %s' % (item['test'], item['gpu'], item['message']) for item in result['failures'])
+    return described or 'warnings: %s' % result['summary'].get('warn')
+
+
+def run_ladder(module, dcgmi, levels):
+    """Run the levels in order; a level after one that failed or could not run is not run (its result is None)."""
+    ladder = []
+    for level in levels:
+        if ladder and not (ladder[-1]['result'] or {}).get('passed'):
+            ladder.append({'level': level, 'result': None})
+            continue
+        try:
+            result = run_diag(module, dcgmi, level)
+        except CouldNotRun as exc:
+            result = dict(exc.result, failed=True)
+        ladder.append({'level': level, 'result': result})
+        if result.get('skipped'):
+            break
+    return ladder
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             level=dict(type='int', choices=[1, 2, 3, 4]),
+            levels=dict(type='list', elements='int'),
             tests=dict(type='list', elements='str'),
             config=dict(type='path'),
             gpus=dict(type='list', elements='int'),
@@ -194,7 +272,7 @@ def main():
             fail_on_failure=dict(type='bool', default=True),
             fail_on_warning=dict(type='bool', default=False),
         ),
-        mutually_exclusive=[('level', 'tests'), ('config', 'parameters')],
+        mutually_exclusive=[('level', 'tests', 'levels'), ('config', 'parameters')],
         supports_check_mode=True,
     )
     params = module.params
@@ -202,41 +280,27 @@ def main():
     if not dcgmi:
         module.fail_json(msg='dcgmi was not found on PATH: DCGM is not installed on this node '
                              '(packages datacenter-gpu-manager-4-core or datacenter-gpu-manager)', reason='dcgmi_missing', cmd=[])
+    if params['levels'] is not None:
+        bad = [level for level in params['levels'] if level not in (1, 2, 3, 4)]
+        if bad or not params['levels']:
+            module.fail_json(msg='levels: a non-empty list of 1, 2, 3 and 4, got %s' % params['levels'], reason='invalid_request', cmd=[])
+        ladder = run_ladder(module, dcgmi, params['levels'])
+        passed = all((entry['result'] or {}).get('passed') for entry in ladder)
+        if module.check_mode:
+            module.exit_json(changed=False, skipped=True, ladder=ladder, msg=ladder[0]['result'].get('msg'))
+        if not passed and params['fail_on_failure']:
+            failing = [entry for entry in ladder if entry['result'] is not None][-1]
+            what = failing['result'].get('msg') if 'passed' not in failing['result'] else 'DCGM diagnostic failed: %s' % _described(failing['result'])
+            module.fail_json(msg=_command.escape_controls('level %s: %s' % (failing['level'], what)), ladder=ladder, passed=False)
+        module.exit_json(changed=False, ladder=ladder, passed=passed)
     try:
-        argv = _dcgm.build_diag_argv(dcgmi, _selection(params), config=params['config'], gpus=params['gpus'],
-                                     timeout=params['timeout'], parameters=params['parameters'])
-        limit = _dcgm.process_timeout(_selection(params), timeout=params['timeout'], command_timeout=params['command_timeout'])
-    except ValueError as exc:
-        module.fail_json(msg='invalid diagnostic request: %s' % exc, reason='invalid_request', cmd=[])
-    if module.check_mode:
-        module.exit_json(changed=False, skipped=True, cmd=argv,
-                         msg='check mode: no active diagnostic was run (it would run: %s)' % ' '.join(argv[1:]))
-
-    try:
-        ran = _command.run(argv, limit, errors='replace')
-    except _command.CommandError as exc:
-        module.fail_json(msg=str(exc), reason='dcgmi_failed', cmd=argv)
-    rc, stdout, stderr = ran['rc'], ran['stdout'], ran['stderr']
-    if ran['timed_out']:
-        module.fail_json(msg=_command.describe_timeout(ran), reason='dcgmi_hung', cmd=argv, stdout=stdout, stderr=stderr)
-    try:
-        document = _dcgm.parse_diag_json(stdout)
-    except _dcgm.DcgmRuntimeError:
-        # The document only says the diagnostic could not run (host engine, GPUs in use, ...).
-        _fail_to_run(module, argv, rc, stdout, stderr)
-    except _dcgm.DcgmParseError as exc:
-        if rc == 0:
-            module.fail_json(msg=_command.escape_controls('dcgmi diag printed a document that cannot be read: %s' % exc), reason='unreadable',
-                             cmd=argv, dcgmi_rc=rc, stdout=stdout, stderr=stderr)
-        _fail_to_run(module, argv, rc, stdout, stderr)
-
-    result = _verdict(document, params['fail_on_warning'])
-    result.update(changed=False, cmd=argv, dcgmi_rc=rc)
+        result = run_diag(module, dcgmi, _selection(params))
+    except CouldNotRun as exc:
+        module.fail_json(**exc.result)
+    if result.get('skipped'):
+        module.exit_json(**result)
     if not result['passed'] and params['fail_on_failure']:
-        described = '; '.join('%s on GPU %s: %s' % (item['test'], item['gpu'], item['message']) for item in result['failures'])
-        if not described:
-            described = 'warnings: %s' % result['summary'].get('warn')
-        module.fail_json(msg=_command.escape_controls('DCGM diagnostic failed: %s' % described), **result)
+        module.fail_json(msg=_command.escape_controls('DCGM diagnostic failed: %s' % _described(result)), **result)
     module.exit_json(**result)
 
 

@@ -47,6 +47,13 @@ options:
         state or lost keeps NVML waiting); another tool that does not gives a null fact and a warning.
     type: int
     default: 60
+  state_dir:
+    description:
+      - The folder where M(gpufleet.lifecycle.gpu_stack) records the node's pins (C(pin.json), C(pin.previous.json)) and a
+        pending reboot (C(reboot-required)); read into C(recorded_pin), C(previous_pin) and C(pending_reboot). Nothing there
+        reads as null.
+    type: path
+    default: /etc/gpufleet
   package_timeout:
     description:
       - Seconds the package listing (C(dpkg-query -W), C(rpm -qa)) may run before it is killed; then C(package_error)
@@ -243,6 +250,24 @@ ansible_facts:
           description: Whether the C(nouveau) kernel module is loaded.
           type: bool
           returned: always
+        recorded_pin:
+          description: The pin M(gpufleet.lifecycle.gpu_stack) last converged the node to (C(<state_dir>/pin.json)), null when none.
+          type: dict
+          returned: always
+        previous_pin:
+          description: The pin before it (C(<state_dir>/pin.previous.json)), the rollback target; null when none.
+          type: dict
+          returned: always
+        pending_reboot:
+          description:
+            - The first line of C(<state_dir>/reboot-required) (what was installed that needs a reboot, e.g. C(kernel 6.8.0-45)),
+              null when no reboot is pending.
+          type: str
+          returned: always
+        record_error:
+          description: Why a recorded pin could not be read (not JSON, not a mapping, too large); that pin then reads as null.
+          type: str
+          returned: always
 '''
 
 import os
@@ -252,7 +277,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import SERVICES, assemble
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import RECORDS, SERVICES, assemble
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages import DPKG_QUERY_FORMAT, RPM_QUERY_FORMAT
 
 GPU_OPERATOR_DRIVER_ROOT = '/run/nvidia/driver'
@@ -300,6 +325,21 @@ def _nvidia_smi_path(module):
     return module.get_bin_path('nvidia-smi', opt_dirs=[GPU_OPERATOR_DRIVER_ROOT + '/usr/bin'])
 
 
+RECORD_LIMIT = 65536
+
+
+def _read_record(path):
+    """The text of a small state file (invalid UTF-8 replaced); None when absent or unreadable, False when over RECORD_LIMIT bytes."""
+    try:
+        with open(path, 'rb') as handle:
+            data = handle.read(RECORD_LIMIT + 1)
+    except (IOError, OSError):
+        return None
+    if len(data) > RECORD_LIMIT:
+        return False
+    return data.decode('utf-8', errors='replace')
+
+
 def gather(module):
     """Run the node's tools and read its files; return the raw outputs for ``assemble``."""
     raw = {
@@ -311,6 +351,7 @@ def gather(module):
         'nvswitch_count': _nvswitch_count(),
         'banners': {},
         'services': {},
+        'records': dict((name, _read_record(os.path.join(module.params['state_dir'], name))) for name in RECORDS),
     }
     timeout = module.params['command_timeout']
     smi = _nvidia_smi_path(module)
@@ -345,6 +386,7 @@ def main():
             gather_packages=dict(type='bool', default=True),
             command_timeout=dict(type='int', default=60),
             package_timeout=dict(type='int', default=120),
+            state_dir=dict(type='path', default='/etc/gpufleet'),
         ),
         supports_check_mode=True,
     )

@@ -65,6 +65,21 @@ options:
         resume the node (C(resumed)) or reboot it (C(rebooted)).
     type: bool
     default: false
+  replace_reason:
+    description:
+      - With I(state=drained), replace the reason of a node this collection already drained (its reason starts with
+        C(gpufleet:)), for example to say why it is quarantined. A node drained by others is still left alone unless I(force_reason).
+    type: bool
+    default: false
+  on_timeout:
+    description:
+      - What a drain (I(state=drained), I(wait)) that is still DRAINING after I(timeout) does.
+      - C(fail) fails the task naming the jobs still on the node; the node stays draining.
+      - C(restore) puts the node back as it was (resumes it when this call set the DRAIN flag) and ends without failing,
+        with I(outcome=deferred), the message naming the jobs.
+    type: str
+    choices: [fail, restore]
+    default: fail
   wait:
     description:
       - Wait for the wanted state, up to I(timeout) seconds.
@@ -205,6 +220,13 @@ jobs:
   elements: dict
   returned: always
   sample: [{"id": "4711", "user": "alice", "state": "RUNNING", "name": "train-llm"}]
+outcome:
+  description:
+    - C(done) (the node reached the state, or was there already), C(left_alone) (drained or down by others, not touched),
+      C(deferred) (the drain ran out of time and the node was put back as it was, I(on_timeout=restore)).
+  type: str
+  returned: always
+  sample: done
 drained_by_others:
   description:
     - The node is drained or down with a reason that does not start with C(gpufleet:) (or without a reason); unless
@@ -250,7 +272,7 @@ class SlurmNode:
     def __init__(self, module, name):
         self.module = module
         self.name = name
-        self.result = {'changed': False, 'jobs': [], 'drained_by_others': False, 'cmd': [], 'waited': 0.0}
+        self.result = {'changed': False, 'jobs': [], 'drained_by_others': False, 'cmd': [], 'waited': 0.0, 'outcome': 'done'}
         scontrol = module.params['scontrol_path'] or module.get_bin_path('scontrol')
         if not scontrol:
             self.fail('scontrol was not found on PATH: the Slurm clients are not installed here (package slurm-client)', 'slurm_error')
@@ -308,7 +330,8 @@ class SlurmNode:
         if not self.module.check_mode:
             self.run(argv, ' '.join(arguments))
 
-    def wait(self, wait, previous, timeout):
+    def wait(self, wait, previous, timeout, restore=None):
+        """Wait for the state; on time out fail, or with ``restore`` (scontrol arguments) put the node back and return None."""
         start = time.monotonic()
         node = self.show()
         while not _slurm.wait_done(wait, node, previous):
@@ -316,7 +339,15 @@ class SlurmNode:
                 self.result['waited'] = round(time.monotonic() - start, 1)
                 self.result['node'] = node
                 self.result['jobs'] = self.jobs()
-                self.fail(_slurm.describe_wait_timeout(wait, node, previous, timeout, self.result['jobs']), 'timeout')
+                message = _slurm.describe_wait_timeout(wait, node, previous, timeout, self.result['jobs'])
+                if restore is None:
+                    self.fail(message, 'timeout')
+                if restore:
+                    self.run([self.scontrol] + restore, ' '.join(restore))
+                    self.result['cmd'] = [self.scontrol] + restore
+                    message = message.replace('the node is left as it is', 'the node was put back as it was (resumed)')
+                self.result.update(outcome='deferred', msg=message, node=self.show())
+                return None
             time.sleep(POLL_INTERVAL)
             node = self.show()
         self.result['waited'] = round(time.monotonic() - start, 1)
@@ -338,6 +369,8 @@ def main():
             state=dict(type='str', default='present', choices=list(_slurm.STATES)),
             reason=dict(type='str'),
             force_reason=dict(type='bool', default=False),
+            replace_reason=dict(type='bool', default=False),
+            on_timeout=dict(type='str', default='fail', choices=['fail', 'restore']),
             wait=dict(type='bool', default=True),
             timeout=dict(type='int', default=3600),
             nextstate=dict(type='str', default='resume', choices=['resume', 'down']),
@@ -363,8 +396,11 @@ def main():
     slurm = SlurmNode(module, name)
     previous = slurm.show()
     slurm.result.update(previous=previous, node=previous, jobs=slurm.jobs())
-    decision = _slurm.decide(previous, state, reason=reason, force_reason=params['force_reason'], nextstate=params['nextstate'])
+    decision = _slurm.decide(previous, state, reason=reason, force_reason=params['force_reason'], nextstate=params['nextstate'],
+                             replace_reason=params['replace_reason'])
     slurm.result.update(drained_by_others=decision['drained_by_others'], ours=decision['ours'])
+    if decision['drained_by_others'] and state != 'present':
+        slurm.result['outcome'] = 'left_alone'
     if decision['msg']:
         slurm.result['msg'] = decision['msg']
     if decision['update']:
@@ -375,7 +411,10 @@ def main():
             slurm.result['msg'] = 'check mode: would run %s' % _command.render(slurm.result['cmd'][1:])
         module.exit_json(**slurm.result)
     if decision['wait'] and params['wait']:
-        slurm.result['node'] = slurm.wait(decision['wait'], previous, params['timeout'])
+        restore = _slurm.restore_after_timeout(previous, decision) if state == 'drained' and params['on_timeout'] == 'restore' else None
+        node = slurm.wait(decision['wait'], previous, params['timeout'], restore=restore)
+        if node is not None:
+            slurm.result['node'] = node
     elif slurm.result['changed']:
         slurm.result['node'] = slurm.show()
     slurm.result['jobs'] = slurm.jobs()

@@ -5,6 +5,7 @@
 
 import pytest
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _facts
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import assemble, filter_packages, module_loaded, parse_systemctl_show
 from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import real_output_path
 
@@ -164,3 +165,33 @@ def test_nvidia_smi_output_with_invalid_bytes_is_still_read():
     assert facts['health'] == 'ok' and facts['gpus'][0]['name'] == 'Tesla T4\\xff'
     facts = assemble({'nvidia_smi': smi(read(T4).encode('utf-8').replace(b'Tesla T4', b'Tesla T4\xff'))})
     assert facts['health'] == 'ok' and facts['gpus'][0]['name'] == 'Tesla T4\\xff'
+
+
+def test_records_read_the_pins_and_the_pending_reboot():
+    recorded, previous, pending, error = _facts.parse_records({
+        'pin.json': '{"driver": "580.65.06"}\n', 'pin.previous.json': '{"driver": "550.54.15"}\n',
+        'reboot-required': 'kernel 6.8.0-45-generic\nmore\n'})
+    assert recorded == {'driver': '580.65.06'}
+    assert previous == {'driver': '550.54.15'}
+    assert pending == 'kernel 6.8.0-45-generic'
+    assert error is None
+
+
+def test_records_absent_read_as_null():
+    assert _facts.parse_records({'pin.json': None, 'pin.previous.json': None, 'reboot-required': None}) == (None, None, None, None)
+    assert _facts.parse_records({'reboot-required': ''})[2] == ''
+
+
+def test_a_torn_or_foreign_record_is_null_and_named_never_guessed():
+    recorded, previous, pending, error = _facts.parse_records({'pin.json': '{"driver": "58', 'pin.previous.json': '["550"]',
+                                                               'reboot-required': False})
+    assert recorded is None and previous is None
+    assert 'pin.json: not JSON' in error and 'pin.previous.json: not a mapping' in error
+    assert pending == 'too large to read'
+    assert 'too large' in _facts.parse_records({'pin.json': False})[3]
+
+
+def test_assemble_carries_the_records():
+    facts = _facts.assemble({'records': {'pin.json': '{"dcgm": "4.1.0"}'}})
+    assert facts['recorded_pin'] == {'dcgm': '4.1.0'}
+    assert facts['previous_pin'] is None and facts['pending_reboot'] is None and facts['record_error'] is None

@@ -326,3 +326,23 @@ def test_a_wait_that_ran_out_names_the_jobs_with_control_characters_escaped():
     message = _slurm.describe_wait_timeout('drained', node('mixed-drain'), node('idle'), 3, jobs)
     assert message == ('gpu-01: not DRAINED after 3 s; state MIXED+DRAIN (DRAINING, jobs still running: 7 (alice, evil\\x1b]0;x\\x07, '
                        'RUNNING)); the node is left as it is')
+
+
+def test_replace_reason_replaces_only_a_reason_of_ours():
+    quarantine = 'gpufleet: quarantined: dcgmi diag r1 failed'
+    draining = node('mixed-drain')
+    assert _slurm.decide(draining, 'drained', reason=quarantine, replace_reason=True)['update'][-1] == 'Reason=' + quarantine
+    # The same reason: nothing to change.
+    assert _slurm.decide(dict(draining, reason=quarantine), 'drained', reason=quarantine, replace_reason=True)['update'] == []
+    # An admin's drain is never replaced by replace_reason alone.
+    admin = _slurm.decide(node('idle-drain-admin'), 'drained', reason=quarantine, replace_reason=True)
+    assert admin['update'] == [] and admin['drained_by_others']
+
+
+def test_a_drain_that_runs_out_of_time_undoes_only_what_it_did():
+    idle = node('idle')
+    decision = _slurm.decide(idle, 'drained', reason=OURS)
+    assert _slurm.restore_after_timeout(idle, decision) == ['update', 'NodeName=gpu-03', 'State=RESUME']
+    # Already drained by an earlier run of ours: this call changed nothing, so nothing is undone.
+    draining = node('mixed-drain')
+    assert _slurm.restore_after_timeout(draining, _slurm.decide(draining, 'drained', reason=OURS)) == []
