@@ -264,6 +264,8 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
 
 POLL_INTERVAL = 0.5
+# Seconds a node put back after a drain timeout may take to respond again (Slurm shows +NOT_RESPONDING for a moment).
+RESUME_SETTLE = 60
 
 
 class SlurmNode:
@@ -330,6 +332,15 @@ class SlurmNode:
         if not self.module.check_mode:
             self.run(argv, ' '.join(arguments))
 
+    def settle_resume(self, previous):
+        """After a RESUME, wait (at most RESUME_SETTLE seconds) until the node responds again as it did before."""
+        deadline = time.monotonic() + RESUME_SETTLE
+        node = self.show()
+        while not _slurm.resume_done(node) and previous['responding'] and time.monotonic() < deadline:
+            time.sleep(POLL_INTERVAL)
+            node = self.show()
+        return node
+
     def wait(self, wait, previous, timeout, restore=None):
         """Wait for the state; on time out fail, or with ``restore`` (scontrol arguments) put the node back and return None."""
         start = time.monotonic()
@@ -342,11 +353,13 @@ class SlurmNode:
                 message = _slurm.describe_wait_timeout(wait, node, previous, timeout, self.result['jobs'])
                 if restore is None:
                     self.fail(message, 'timeout')
+                node = self.show()
                 if restore:
                     self.run([self.scontrol] + restore, ' '.join(restore))
                     self.result['cmd'] = [self.scontrol] + restore
                     message = message.replace('the node is left as it is', 'the node was put back as it was (resumed)')
-                self.result.update(outcome='deferred', msg=message, node=self.show())
+                    node = self.settle_resume(previous)
+                self.result.update(outcome='deferred', msg=message, node=node)
                 return None
             time.sleep(POLL_INTERVAL)
             node = self.show()

@@ -54,14 +54,31 @@ def test_dcgm_diag(fleet):
     unknown = level1['unknown-document']
     assert unknown['failed'] and unknown['reason'] == 'unreadable' and 'DCGM Something New' in unknown['msg']
 
+    ladder = result.task('Ladder of levels 1 and 3')
+    both = ladder['dcgm3-pass']
+    assert not both.get('failed') and both['passed'] is True
+    assert [entry['level'] for entry in both['ladder']] == [1, 3]
+    assert [entry['result']['cmd'][1:4] for entry in both['ladder']] == [['diag', '-r', '1'], ['diag', '-r', '3']]
+    assert all(entry['result']['passed'] for entry in both['ladder'])
+    # A failed level stops the ladder: level 3 is not run (null), the task fails naming level 1 and DCGM's words.
+    stopped = ladder['dcgm4-fail']
+    assert stopped['failed'] and stopped['passed'] is False and stopped['ladder'][1] == {'level': 3, 'result': None}
+    assert stopped['msg'].startswith('level 1: DCGM diagnostic failed: software on GPU 0: Persistence Mode')
+    assert stopped['ladder'][0]['result']['failures'][0]['test'] == 'software'
+    # A level that could not run is in the ladder with DCGM's reason, never a crash.
+    cannot = ladder['no-hostengine']
+    assert cannot['failed'] and cannot['ladder'][0]['result']['reason'] == 'hostengine_unreachable'
+    assert cannot['ladder'][1]['result'] is None and cannot['msg'].startswith('level 1: dcgmi diag could not run (hostengine_unreachable)')
+
     reporting = result.task('Level 1 diagnostic, reporting only')['dcgm4-fail']
     assert not reporting.get('failed') and reporting['passed'] is False and reporting['summary']['fail'] == 1
 
     check = result.task('Tests on two GPUs in check mode')['dcgm3-pass']
     assert check['skipped'] and 'check mode: no active diagnostic was run' in check['msg']
     assert check['cmd'][1:] == ['diag', '-r', 'memory,pcie', '-i', '0,1', '--timeout', '900', '-j']
-    # Two real runs per host, none in check mode.
-    assert fleet.hosts['dcgm3-pass'].calls('dcgmi') == [['diag', '-r', '1', '-j'], ['diag', '-r', '1', '-j']]
+    # Real runs only (level 1, the ladder's 1 and 3, level 1 again), none in check mode.
+    assert fleet.hosts['dcgm3-pass'].calls('dcgmi') == [['diag', '-r', '1', '-j'], ['diag', '-r', '1', '-j'], ['diag', '-r', '3', '-j'],
+                                                        ['diag', '-r', '1', '-j']]
 
 
 LIMITS_PLAY = os.path.join(os.path.dirname(__file__), 'playbooks', 'dcgm_diag_limits.yml')

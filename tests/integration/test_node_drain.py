@@ -387,7 +387,7 @@ def test_slurm_drain_defer_quarantine_and_resume(slurm):
     # The admin's drain is untouched.
     assert sim.node_reason(slurm.env, 'gpu-02') == 'admin: bad DIMM'
     # Quarantine: drained with the reason, no wait.
-    assert 'DRAIN' in slurm.node('gpu-03')['State'] and sim.node_reason(slurm.env, 'gpu-03') == 'gpufleet: quarantined xid 79'
+    assert 'DRAIN' in slurm.node('gpu-03')['State'] and sim.node_reason(slurm.env, 'gpu-03') == 'gpufleet: quarantined: xid 79'
     # The timeout put the node back: resumed, the job still running and named.
     assert 'DRAIN' not in slurm.node('gpu-04')['State'] and sim.job_state(slurm.env, long_job) == 'RUNNING'
     assert outcome['gpu-04']['blocking'] == ['job %s (long-train)' % long_job]

@@ -23,6 +23,7 @@ import time
 
 import pytest
 
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._ledger import FileBackend, RunLedger
 from conftest import ROOT, SIM, fleet_up
 
 sys.path.insert(0, os.path.join(SIM, 'slurm'))
@@ -85,9 +86,25 @@ def poll(condition, timeout=60, what='condition'):
     raise AssertionError('timed out waiting for %s' % what)
 
 
-def test_happy_path_slurm(fleet):
+def ledger_of(tmp_path, *nodes):
+    """A rollout ledger for ``nodes`` (what the rollout gate creates) and the gpufleet_ledger that points node_upgrade at it."""
+    RunLedger.create(FileBackend(str(tmp_path)), 'run-1', inventory='sim', nodes=dict((node, {'gpus': 8}) for node in nodes))
+    return {'backend': 'file', 'run_dir': str(tmp_path), 'run_id': 'run-1'}
+
+
+def walked(tmp_path, node):
+    """The node's ledger events (from, to) in order, and its state in state.json."""
+    with open(os.path.join(str(tmp_path), 'run-1', 'ledger.jsonl'), encoding='utf-8') as handle:
+        events = [json.loads(line) for line in handle]
+    with open(os.path.join(str(tmp_path), 'run-1', 'state.json'), encoding='utf-8') as handle:
+        state = json.load(handle)
+    return [(event['from'], event['to']) for event in events if event['node'] == node], state['nodes'][node]
+
+
+def test_happy_path_slurm(fleet, tmp_path):
     node = 'gpu-01'
-    run, result = upgrade(fleet, node, gpufleet_pin=PIN_580)
+    ledger = ledger_of(tmp_path, node)
+    run, result = upgrade(fleet, node, gpufleet_pin=PIN_580, gpufleet_ledger=ledger)
     assert run.rc == 0, failures(run)
     assert result['state'] == 'done', result
     assert (result['versions_before']['driver'], result['versions_after']['driver']) == ('550.127.05', '580.65.06')
@@ -96,13 +113,19 @@ def test_happy_path_slurm(fleet):
     state = slurm(fleet, node)
     assert 'DRAIN' not in state['State'], state
     assert loaded_driver(fleet, node)['driver'] == '580.65.06'
+    # Every phase moved the node in the rollout ledger, along legal transitions, to done.
+    events, record = walked(tmp_path, node)
+    assert events == [('pending', 'admitted'), ('admitted', 'cordoned'), ('cordoned', 'drained'), ('drained', 'converging'),
+                      ('converging', 'rebooting'), ('rebooting', 'validating'), ('validating', 'done')]
+    assert record['state'] == 'done'
 
 
-def test_dcgm_failing_on_the_new_pin_rolls_back(fleet):
+def test_dcgm_failing_on_the_new_pin_rolls_back(fleet, tmp_path):
     node = 'gpu-02'
+    ledger = ledger_of(tmp_path, node)
     fleet.fleet('fault', node, 'diag_fail', 'branch=580', 'gpu=3')
     try:
-        run, result = upgrade(fleet, node, gpufleet_pin=PIN_580)
+        run, result = upgrade(fleet, node, gpufleet_pin=PIN_580, gpufleet_ledger=ledger)
     finally:
         fleet.fleet('fault', node, 'clear')
     assert run.rc == 0, failures(run)
@@ -113,6 +136,9 @@ def test_dcgm_failing_on_the_new_pin_rolls_back(fleet):
     assert result['versions_after']['driver'] == '550.127.05' and result['rollback_pin']['driver'] == '550.127.05'
     assert 'DRAIN' not in slurm(fleet, node)['State']
     assert loaded_driver(fleet, node)['driver'] == '550.127.05'
+    events, record = walked(tmp_path, node)
+    assert events[-3:] == [('rebooting', 'validating'), ('validating', 'rolling_back'), ('rolling_back', 'rolled_back')]
+    assert record['state'] == 'rolled_back' and 'dcgm_diag_r1' in record['reason']
 
 
 def test_dcgm_failing_on_both_pins_quarantines(fleet):
