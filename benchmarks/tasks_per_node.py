@@ -33,6 +33,9 @@ sys.path.insert(0, os.path.join(ROOT, 'tests', 'integration'))
 
 from conftest import SIM, ansible_environment  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
+sys.path.insert(0, SIM)
+import kube_fleet  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
 PLAYBOOK = os.path.join(ROOT, 'tests', 'integration', 'playbooks', 'node_upgrade.yml')
 PIN_580 = {'driver': '580.65.06', 'fabric_manager': '580.65.06', 'container_toolkit': '1.17.0', 'dcgm': '4.1.0'}
 SIM_VARS = {'gpufleet_boot_time_command': 'stat -c %Z /proc/1', 'gpufleet_reboot_timeout': 45, 'gpufleet_drain_timeout': 20,
@@ -67,15 +70,46 @@ def phases(document, node):
     return rows
 
 
+BASELINE = """---
+- name: The fixed cost of a play on the node
+  hosts: "{{ target }}"
+  gather_facts: true
+  gather_subset: [min]
+  tasks:
+    - name: One task
+      ansible.builtin.debug:
+        msg: baseline
+"""
+
+
+def baseline_cpu(inventory, state_dir):
+    """Controller CPU seconds of the same kind of play with a single task (what every playbook run costs anyway)."""
+    path = os.path.join(state_dir, 'baseline.yml')
+    with open(path, 'w', encoding='utf-8') as handle:
+        handle.write(BASELINE)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    process = subprocess.run(['ansible-playbook', '-i', inventory, path, '-e', json.dumps({'target': NODE})],
+                             env=ansible_environment(), cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if process.returncode != 0:
+        raise SystemExit('the baseline play failed:\n%s%s' % (process.stdout[-2000:], process.stderr[-2000:]))
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--state-dir', default=os.path.join(ROOT, 'build', 'bench-tasks-per-node'))
     parser.add_argument('--keep', action='store_true', help='leave the fleet up (a second run reuses it, on 580 then)')
     parser.add_argument('--list', action='store_true', help='print every task result')
+    parser.add_argument('--scheduler', choices=['slurm', 'kubernetes'], default='slurm',
+                        help='kubernetes: the node is drained through the fake Kubernetes API of tests/sim/kube')
     args = parser.parse_args()
     inventory = fleet(args.state_dir, 'up', '--nodes', '1', '--scheduler', 'slurm').strip().splitlines()[-1]
     try:
         variables = dict(SIM_VARS, target=NODE, gpufleet_pin=PIN_580)
+        if args.scheduler == 'kubernetes':
+            kubeconfig = kube_fleet.serve_fleet(os.path.join(args.state_dir, 'kube'), [NODE])
+            variables.update(gpufleet_scheduler='kubernetes', gpufleet_kubeconfig=kubeconfig)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.time()
         process = subprocess.run(['ansible-playbook', '-i', inventory, PLAYBOOK, '-e', json.dumps(variables)],
@@ -96,8 +130,13 @@ def main():
         print('tasks per node: %d (%d skipped)' % (len(rows), sum(1 for row in rows if row[2] == 'skipped')))
         print('per phase: ' + ', '.join('%s %d' % item for item in per_phase.items()))
         print('controller CPU seconds per node: %.2f' % cpu)
+        fixed = baseline_cpu(inventory, args.state_dir)
+        print('of which the play\'s fixed cost (ansible-playbook start, inventory, facts; the same play with one debug task): %.2f;'
+              ' the procedure itself: %.2f' % (fixed, cpu - fixed))
         return 0 if result.get('state') == 'done' and process.returncode == 0 else 1
     finally:
+        if args.scheduler == 'kubernetes':
+            kube_fleet.stop_fleet(os.path.join(args.state_dir, 'kube'))
         if not args.keep:
             fleet(args.state_dir, 'down')
 

@@ -64,11 +64,24 @@ def converge(fleet, playbook, node, pin, *arguments):
 
 
 def task_results(result, name, node):
-    """The loop messages of every task whose name ends with ``name`` (role tasks carry the role's name), in order."""
+    """The messages of every task whose name ends with ``name`` (role tasks carry the role's name), in order: a loop's
+    messages, or the lines of a message that is a list."""
     found = [task['hosts'][node] for play in result.document['plays'] for task in play['tasks']
              if task['task']['name'].endswith(name) and node in task['hosts']]
     assert found, 'no task named %r' % name
-    return [outcome['msg'] for host_result in found for outcome in host_result.get('results', []) if 'msg' in outcome]
+    messages = []
+    for host_result in found:
+        if 'results' in host_result:
+            messages += [outcome['msg'] for outcome in host_result['results'] if 'msg' in outcome]
+        elif isinstance(host_result.get('msg'), list):
+            messages += host_result['msg']
+        elif 'msg' in host_result:
+            messages.append(host_result['msg'])
+    return messages
+
+
+# package_pin's one task that shows what the package pass does.
+SHOWN = 'Show the packages, current -> target, and the packages of other branches to purge'
 
 
 class Changed(int):
@@ -109,7 +122,7 @@ def test_quartet_550_to_580(stack_fleet, playbook):
     assert check.rc == 0, check.stderr
     assert changed(check, node) > 0
     assert installed(stack_fleet, node) == before, 'check mode changed the node'
-    shown = task_results(check, 'Show the packages, current -> target', node)
+    shown = task_results(check, SHOWN, node)
     assert 'nvidia-utils-580: absent -> 580.65.06-0ubuntu1' in shown
 
     apply = converge(stack_fleet, playbook, node, PIN_580)
@@ -168,7 +181,7 @@ def test_stray_second_branch_is_purged(stack_fleet, playbook):
     assert 'nvidia-dkms-550' in installed(stack_fleet, node)
     result = converge(stack_fleet, playbook, node, PIN_580)
     assert result.rc == 0, result.stderr
-    purged = task_results(result, 'Show the packages of other branches to purge', node)
+    purged = task_results(result, SHOWN, node)
     assert any(message.startswith('purging nvidia-dkms-550 ') for message in purged), purged
     after = installed(stack_fleet, node)
     assert not [name for name in after if re.search(r'-550($|-)', name)], after
@@ -357,7 +370,7 @@ def test_rhel_quartet_550_to_580_with_dnf(rhel_node):
     assert changed(check, RHEL_NODE) > 0
     assert mutating(rhel_calls(fleet)) == [], 'check mode ran a dnf command that changes the node'
     assert rhel_state(fleet) == before
-    shown = task_results(check, 'Show the packages, current -> target', RHEL_NODE)
+    shown = task_results(check, SHOWN, RHEL_NODE)
     assert 'nvidia-driver: 3:550.127.05-1.el9 -> 580.65.06' in shown, shown
     assert 'datacenter-gpu-manager-4-core: absent -> 4.1.0' in shown, shown
 
@@ -365,27 +378,17 @@ def test_rhel_quartet_550_to_580_with_dnf(rhel_node):
     assert apply.rc == 0, failures(apply)
     calls = mutating(rhel_calls(fleet))
     driver_specs = [name + '-580.65.06' for name in RHEL_DRIVER]
+    specs = driver_specs + ['nvidia-fabric-manager-580.65.06'] + [name + '-1.17.0' for name in RHEL_CTK] + ['datacenter-gpu-manager-4-core-4.1.0']
+    # One package pass for the whole pin (gpu_stack plans it once): the driver's module stream first (reset, then enable: dnf
+    # refuses to switch an enabled stream), every lock to move released at once, the strays of every component removed
+    # (the open kernel module, DCGM 3 before DCGM 4), one install with every exact version, every package locked again.
     assert calls == [
-        # Driver: stream first (reset, then enable: dnf refuses to switch an enabled stream), locks, stray, install, locks.
         ['dnf', '-y', 'module', 'reset', 'nvidia-driver'],
         ['dnf', '-y', 'module', 'enable', 'nvidia-driver:580-dkms'],
-        ['dnf', '-q', 'versionlock', 'delete'] + sorted(RHEL_DRIVER),
-        ['dnf', '-y', 'remove', 'kmod-nvidia-open-dkms'],
-        ['dnf', '-y', 'install'] + driver_specs,
-        ['dnf', '-q', 'versionlock', 'add'] + driver_specs,
-        # Fabric Manager (the simulated H100 has NVSwitches).
-        ['dnf', '-q', 'versionlock', 'delete', 'nvidia-fabric-manager'],
-        ['dnf', '-y', 'install', 'nvidia-fabric-manager-580.65.06'],
-        ['dnf', '-q', 'versionlock', 'add', 'nvidia-fabric-manager-580.65.06'],
-        # Container toolkit.
-        ['dnf', '-q', 'versionlock', 'delete'] + sorted(RHEL_CTK),
-        ['dnf', '-y', 'install'] + [name + '-1.17.0' for name in RHEL_CTK],
-        ['dnf', '-q', 'versionlock', 'add'] + [name + '-1.17.0' for name in RHEL_CTK],
-        # DCGM 3 -> 4: the DCGM 3 package goes first.
-        ['dnf', '-q', 'versionlock', 'delete', 'datacenter-gpu-manager'],
-        ['dnf', '-y', 'remove', 'datacenter-gpu-manager'],
-        ['dnf', '-y', 'install', 'datacenter-gpu-manager-4-core-4.1.0'],
-        ['dnf', '-q', 'versionlock', 'add', 'datacenter-gpu-manager-4-core-4.1.0'],
+        ['dnf', '-q', 'versionlock', 'delete'] + sorted(RHEL_DRIVER + RHEL_CTK + ('nvidia-fabric-manager', 'datacenter-gpu-manager')),
+        ['dnf', '-y', 'remove', 'datacenter-gpu-manager', 'kmod-nvidia-open-dkms'],
+        ['dnf', '-y', 'install'] + specs,
+        ['dnf', '-q', 'versionlock', 'add'] + specs,
     ], calls
     state = rhel_state(fleet)
     assert state['stream'] == '580-dkms'
