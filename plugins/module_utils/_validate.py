@@ -23,6 +23,9 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _nvidia_
 _NCCL_AVG_RE = re.compile(r'^#\s*Avg bus bandwidth\s*:\s*([0-9.]+(?:[eE][-+]?[0-9]+)?)', re.MULTILINE)
 _NCCL_OOB_RE = re.compile(r'^#\s*Out of bounds values\s*:\s*(\d+)\s*(\S*)', re.MULTILINE)
 _NCCL_ROW_RE = re.compile(r'^\s*\d+\s+\d+\s+\S+\s+\S+\s+-?\d+\s')
+# nccl-tests prints its failures on stdout (src/common.h CUDACHECK / NCCLCHECK: "<host>: Test NCCL failure <file>:<line> '<words>'")
+# and NCCL's last error after the run (src/util.cu writeErrors: "# error: <words>").
+_NCCL_ERROR_RE = re.compile(r'^(?:\S+: Test (?:NCCL|CUDA) failure .*|# error: .*)$', re.MULTILINE)
 # exit codes / messages of a command that is not installed (ansible.builtin.command reports rc 2 and [Errno 2])
 _MISSING_MARKERS = ('No such file or directory', 'command not found', 'not found')
 
@@ -34,9 +37,11 @@ class ValidationInputError(ValueError):
 
 
 def parse_nccl(text):
-    """``{'avg_busbw': float or None, 'out_of_bounds': int or None, 'wrong': int, 'rows': int}`` of an all_reduce_perf run."""
+    """``{'avg_busbw': float or None, 'out_of_bounds': int or None, 'wrong': int, 'rows': int, 'error': str or None}`` of an
+    all_reduce_perf run; ``error`` is the first failure line nccl-tests printed on stdout (CUDA or NCCL failure, NCCL's last error)."""
     text = text or ''
     avg = _NCCL_AVG_RE.search(text)
+    error = _NCCL_ERROR_RE.search(text)
     oob = _NCCL_OOB_RE.search(text)
     wrong = 0
     rows = 0
@@ -54,6 +59,7 @@ def parse_nccl(text):
         'out_of_bounds': int(oob.group(1)) if oob else None,
         'wrong': wrong,
         'rows': rows,
+        'error': error.group(0).strip() if error else None,
     }
 
 
@@ -228,7 +234,8 @@ def _nccl(result, min_busbw):
         return _check('nccl', True, 'skipped: nccl-tests all_reduce_perf is not installed')
     parsed = parse_nccl(result.get('stdout'))
     if result.get('rc') not in (0, None):
-        return _check('nccl', False, 'all_reduce_perf failed (rc %s): %s' % (result.get('rc'), _first_line(result.get('stderr')) or _first_line(message)))
+        return _check('nccl', False, 'all_reduce_perf failed (rc %s): %s' % (
+            result.get('rc'), parsed['error'] or _first_line(result.get('stderr')) or _first_line(message)))
     if parsed['avg_busbw'] is None:
         return _check('nccl', False, 'all_reduce_perf printed no "Avg bus bandwidth" line')
     if parsed['wrong'] or parsed['out_of_bounds']:

@@ -360,3 +360,79 @@ def test_converge_only_the_drifted_then_roll_back(fleet, tmp_path):
     assert results_of(back)[node]['state'] == 'done', results_of(back)
     assert loaded_driver(fleet, node)['driver'] == '550.127.05'
     assert 'DRAIN' not in slurm(fleet, node)['State']
+
+
+# nccl-tests all_reduce_perf (installed per node with `fleet nccl-tests`) and the driver_reload fallback (fault gpu_held).
+# These cases use nodes the cases above leave on 550 and in service (gpu-07, gpu-08, gpu-04), so they run in any order.
+NCCL_COMMAND = ['all_reduce_perf', '-b', '8M', '-e', '1G', '-f', '2', '-g', '8']
+
+
+def printed_busbw(text):
+    """The "# Avg bus bandwidth" all_reduce_perf printed, as node_validate reports it (three decimals)."""
+    found = [line.split(':', 1)[1] for line in text.splitlines() if line.startswith('# Avg bus bandwidth')]
+    assert found, text
+    return '%.3f' % float(found[0])
+
+
+def reported_busbw(message):
+    """The average bus bandwidth in a nccl check's message ("... average bus bandwidth 26.123 GB/s ...")."""
+    assert 'average bus bandwidth ' in message, message
+    return message.split('average bus bandwidth ', 1)[1].split()[0]
+
+
+def test_nccl_validation_passes_and_reports_the_bus_bandwidth(fleet):
+    node = 'gpu-07'
+    fleet.fleet('nccl-tests', node)
+    run, result = upgrade(fleet, node, gpufleet_pin=PIN_580, node_validate_nccl_command=NCCL_COMMAND, node_validate_nccl_min_busbw=100)
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'done' and result['versions_after']['driver'] == '580.65.06', result
+    nccl = check(result, 'nccl')
+    # The same run in the node prints the same average (the fake is deterministic per node and size).
+    busbw = printed_busbw(fleet.node_exec(node, *NCCL_COMMAND).stdout)
+    assert nccl['passed'] and 'average bus bandwidth %s GB/s (threshold 100' % busbw in nccl['message'], (nccl, busbw)
+    assert 'DRAIN' not in slurm(fleet, node)['State']
+
+
+def test_nccl_slow_on_the_new_pin_rolls_back_naming_the_bus_bandwidth(fleet):
+    node = 'gpu-08'
+    fleet.fleet('nccl-tests', node)
+    fleet.fleet('fault', node, 'nccl_slow', 'busbw=40', 'branch=580')
+    try:
+        run, result = upgrade(fleet, node, gpufleet_pin=PIN_580, node_validate_nccl_command=NCCL_COMMAND, node_validate_nccl_min_busbw=100)
+    finally:
+        fleet.fleet('fault', node, 'clear')
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'rolled_back', result
+    nccl = check(result, 'nccl')
+    assert not nccl['passed'] and 'below the threshold 100' in nccl['message'], nccl
+    measured = reported_busbw(nccl['message'])
+    assert float(measured) < 40, nccl
+    assert 'nccl' in result['reason'] and measured in result['reason'], result['reason']
+    assert check({'validation': result['rollback_validation']}, 'nccl')['passed'], result['rollback_validation']
+    assert result['versions_after']['driver'] == '550.127.05' and loaded_driver(fleet, node)['driver'] == '550.127.05'
+    assert 'DRAIN' not in slurm(fleet, node)['State']
+
+
+def test_driver_reload_falls_back_to_a_reboot_when_a_process_holds_the_gpus(fleet):
+    node = 'gpu-04'
+    before = loaded_driver(fleet, node)
+    fleet.fleet('fault', node, 'gpu_held', 'gpu=0')
+    try:
+        holder = fleet.node_exec(node, 'cat', '/run/gpufleet-sim/gpu-held.pid').stdout.strip()
+        assert holder.isdigit(), 'no gpu_held holder in %s' % node
+        # What driver_reload reads: the holder's descriptors link to the GPU's device nodes.
+        links = fleet.node_exec(node, 'sh', '-c', 'readlink /proc/%s/fd/*' % holder).stdout.split()
+        assert '/dev/nvidia0' in links and '/dev/nvidiactl' in links, links
+        run, result = upgrade(fleet, node, gpufleet_pin=PIN_580, gpufleet_reboot_method='driver_reload')
+    finally:
+        fleet.fleet('fault', node, 'clear')
+    assert run.rc == 0, failures(run)
+    assert result['state'] == 'done', result
+    report = result['reboot']
+    assert report['method'] == 'driver_reload' and not report['reloaded'] and report['rebooted'], report
+    assert 'held by' in report['fallback'] and 'pid %s:' % holder in report['fallback'] and '/dev/nvidia0' in report['fallback'], report
+    after = loaded_driver(fleet, node)
+    assert after['boot_id'] != before['boot_id'] and after['driver'] == '580.65.06' and 'reloaded_at' not in after, after
+    # nccl-tests was never installed on this node: the check is skipped, not run.
+    assert check(result, 'nccl')['message'].startswith('skipped: nccl-tests all_reduce_perf is not installed'), check(result, 'nccl')
+    assert 'DRAIN' not in slurm(fleet, node)['State']

@@ -736,12 +736,18 @@ class Fleet:
         if node not in config['nodes']:
             raise FleetError('unknown node %s; nodes: %s' % (node, ', '.join(sorted(config['nodes'])) or 'none'))
         path = os.path.join(self.node_dir(node), 'etc', 'faults.json')
+        previous = {}
+        if os.path.exists(path):
+            with open(path, encoding='utf-8') as handle:
+                previous = json.load(handle)
         faults = {}
         if name != 'clear':
-            with open(path, encoding='utf-8') as handle:
-                faults = json.load(handle)
+            faults = dict(previous)
             faults[name] = fleet_faults.parse_fault_settings(name, settings)
         self._write_json(path, faults)
+        if name == 'clear':
+            for command in fleet_faults.stop_commands(previous):
+                self.podman('exec', self.container(node), *command, check=False)
         if name == 'xid':
             fleet_faults.append_xid(os.path.join(self.node_dir(node), 'var'), self.hardware(node), faults['xid'])
         if name == 'long_job':
@@ -750,6 +756,20 @@ class Fleet:
         if command:
             self.podman('exec', self.container(node), *command)
         return faults
+
+    def nccl_tests(self, nodes, remove=False):
+        """Install nccl-tests' all_reduce_perf on ``nodes`` (``/usr/local/bin``, as an operator copies a build onto a node),
+        or remove it; returns ``{node: what the node answered}``."""
+        config = self.load() or {'nodes': {}}
+        unknown = [node for node in nodes if node not in config['nodes']]
+        if unknown:
+            raise FleetError('unknown node(s) %s; nodes: %s' % (', '.join(unknown), ', '.join(sorted(config['nodes'])) or 'none'))
+        done = {}
+        for node in nodes:
+            process = self.podman('exec', self.container(node), 'env', fleet_faults.NODE_PYTHONPATH, 'python3', '-m',
+                                  'gpufleet_sim.nccl_tests', 'remove' if remove else 'install')
+            done[node] = process.stdout.strip()
+        return done
 
     def hardware(self, node):
         with open(os.path.join(self.node_dir(node), 'etc', 'hardware.json'), encoding='utf-8') as handle:
@@ -820,6 +840,9 @@ def main(argv=None):
     fault.add_argument('node')
     fault.add_argument('name', choices=sorted(fleet_faults.FAULTS) + ['clear'])
     fault.add_argument('settings', nargs='*', help='key=value')
+    nccl = commands.add_parser('nccl-tests', help='install nccl-tests all_reduce_perf on nodes (or --remove it)')
+    nccl.add_argument('nodes', nargs='+')
+    nccl.add_argument('--remove', action='store_true')
     reboot = commands.add_parser('reboot-node', help='reboot one node (Slurm RebootProgram)')
     reboot.add_argument('node')
     molecule = commands.add_parser('molecule-env', help='prepare image and files for a molecule scenario; print its environment (JSON)')
@@ -845,6 +868,8 @@ def main(argv=None):
             print(os.path.join(fleet.state_dir, 'inventory.json'))
         elif arguments.command == 'fault':
             print(json.dumps(fleet.set_fault(arguments.node, arguments.name, arguments.settings)))
+        elif arguments.command == 'nccl-tests':
+            print(json.dumps(fleet.nccl_tests(arguments.nodes, remove=arguments.remove)))
         elif arguments.command == 'reboot-node':
             fleet.reboot_node(arguments.node)
         elif arguments.command == 'molecule-env':

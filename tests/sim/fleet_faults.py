@@ -22,6 +22,9 @@ FAULTS = {
     'long_job': {'seconds': int},
     'dpkg_lock': {'seconds': int},
     'gpu_lost': {'gpu': int},
+    'nccl_slow': {'busbw': float, 'branch': int},
+    'nccl_fail': {'error': str, 'branch': int},
+    'gpu_held': {'gpu': int, 'seconds': int},
 }
 DEFAULTS = {
     'diag_fail': {'level': 1, 'gpu': 0},
@@ -29,7 +32,11 @@ DEFAULTS = {
     'long_job': {'seconds': 3600},
     'dpkg_lock': {'seconds': 30},
     'gpu_lost': {'gpu': 0},
+    'nccl_fail': {'error': 'system'},
+    'gpu_held': {'gpu': 0, 'seconds': 3600},
 }
+# nccl_fail errors (ncclResult_t names, see tests/sim/node/gpufleet_sim/nccl_tests.py NCCL_ERRORS).
+NCCL_FAIL_ERRORS = ('cuda', 'system', 'internal', 'invalid_argument', 'invalid_usage', 'remote')
 # Faults that need a process inside the node: the command ``fleet fault`` runs there (``podman exec``) after writing
 # faults.json. Each returns at once (the process runs in the background) and does nothing when it already runs.
 NODE_PYTHONPATH = 'PYTHONPATH=/usr/lib/gpufleet-sim'
@@ -58,6 +65,10 @@ def parse_fault_settings(name, settings):
             result[key] = FAULTS[name][key](value)
         except ValueError:
             raise FaultError('fault %s: %s must be a %s, got %r' % (name, key, FAULTS[name][key].__name__, value))
+    if name == 'nccl_fail' and result['error'] not in NCCL_FAIL_ERRORS:
+        raise FaultError('fault nccl_fail: error must be one of %s, got %r' % (', '.join(NCCL_FAIL_ERRORS), result['error']))
+    if name == 'nccl_slow' and 'busbw' in result and result['busbw'] <= 0:
+        raise FaultError('fault nccl_slow: busbw must be above 0 GB/s, got %r' % result['busbw'])
     if name == 'diag_fail' and 'test' not in result:
         result['test'] = 'software' if result['level'] == 1 else 'memory'
     return result
@@ -68,10 +79,24 @@ def node_command(name, settings):
 
     ``dpkg_lock``: a process named ``unattended-upgr`` takes the dpkg locks as apt does and holds them
     ``seconds`` (tests/sim/node/gpufleet_sim/dpkg_lock.py).
+    ``gpu_held``: a process opens ``/dev/nvidiactl`` and ``/dev/nvidia<gpu>`` and keeps them open ``seconds``, as a job
+    using the GPU does (tests/sim/node/gpufleet_sim/gpu_hold.py).
     """
     if name == 'dpkg_lock':
         return ['env', NODE_PYTHONPATH, 'python3', '-m', 'gpufleet_sim.dpkg_lock', 'start', '--seconds', str(int(settings['seconds']))]
+    if name == 'gpu_held':
+        return ['env', NODE_PYTHONPATH, 'python3', '-m', 'gpufleet_sim.gpu_hold', 'start', '--gpu', str(int(settings['gpu'])),
+                '--seconds', str(int(settings['seconds']))]
     return None
+
+
+def stop_commands(faults):
+    """Argument lists to run in the node when ``faults`` (the faults.json content being cleared) are cleared: the
+    processes ``node_command`` started end (a ``gpu_held`` holder lets go of the GPUs)."""
+    commands = []
+    if 'gpu_held' in (faults or {}):
+        commands.append(['env', NODE_PYTHONPATH, 'python3', '-m', 'gpufleet_sim.gpu_hold', 'stop'])
+    return commands
 
 
 def xid_line(hardware, settings, now=None):

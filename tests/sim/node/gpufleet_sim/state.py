@@ -27,6 +27,8 @@ path                                                      meaning
 ``run/gpufleet-sim/reboot_hang.json``                     what the boot step did for ``reboot_hang``
 ``var/lib/gpufleet-sim/xid.log``                          kernel-log Xid lines (written by ``fleet``)
 ``run/gpufleet-sim/dpkg-lock.pid``                        the ``dpkg_lock`` fault's holder (while it holds)
+``run/gpufleet-sim/gpu-held.pid``                         the ``gpu_held`` fault's holder (while it holds)
+``usr/local/bin/all_reduce_perf``                         nccl-tests, where installed (``nccl_tests install``)
 ========================================================  ===========================================
 
 ``$GPUFLEET_SIM_PACKAGE`` names the dummy package that owns the tool being run (set by the
@@ -72,8 +74,11 @@ FAULT_DEFAULTS = {
     'long_job': {'seconds': 3600},
     'dpkg_lock': {'seconds': 30},
     'gpu_lost': {'gpu': 0},
+    'nccl_fail': {'error': 'system'},
+    'gpu_held': {'gpu': 0, 'seconds': 3600},
 }
 _INT_SETTINGS = ('level', 'gpu', 'xid', 'seconds', 'branch')
+_FLOAT_SETTINGS = ('busbw',)
 
 # CUDA driver API version of each driver branch (the "CUDA Version" nvidia-smi prints).
 CUDA_BY_BRANCH = {
@@ -280,6 +285,11 @@ def _coerce(settings):
     for key, value in settings.items():
         if key in _INT_SETTINGS and isinstance(value, str) and value.strip().lstrip('-').isdigit():
             value = int(value.strip())
+        elif key in _FLOAT_SETTINGS and isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         out[key] = value
     return out
 

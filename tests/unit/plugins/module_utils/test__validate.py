@@ -142,6 +142,11 @@ def test_persistenced():
     ({'rc': 127, 'stdout': '', 'stderr': ''}, 0, True, 'not installed'),
     ({'rc': 0, 'stdout': real('nccl-tests', sorted(NCCL)[2])}, 300, False, 'below the threshold 300'),
     ({'rc': 1, 'stdout': '', 'stderr': 'NCCL WARN Cuda failure'}, 0, False, 'NCCL WARN Cuda failure'),
+    # nccl-tests prints CUDACHECK / NCCLCHECK failures on stdout (src/common.h), stderr stays empty: the check quotes stdout.
+    ({'rc': 3, 'msg': 'non-zero return code', 'stderr': '',
+      'stdout': "# Using devices\nnode1: Test NCCL failure common.cu:1279 'unhandled system error (run with NCCL_DEBUG=INFO for details) / '\n"
+                " .. node1 pid 42: Test failure common.cu:1100\n"}, 0, False,
+     "(rc 3): node1: Test NCCL failure common.cu:1279 'unhandled system error"),
     ({'rc': 0, 'stdout': '# nothing'}, 0, False, 'no "Avg bus bandwidth"'),
 ])
 def test_nccl(nccl, minimum, passed, words):
