@@ -18,4 +18,4 @@ if not os.path.islink(_LINK):
 if _COLLECTIONS not in sys.path:
     sys.path.insert(0, _COLLECTIONS)
 
-collect_ignore = ['build', 'tests/output', '.venv']
+collect_ignore = ['build', 'tests/output', '.venv', '.venv-216']

@@ -40,6 +40,9 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import normalise  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
 KUBE_VERSION = {
     'major': '1',
     'minor': '37',
@@ -221,6 +224,14 @@ def invalid(resource, name, causes):
     details['causes'] = [{'reason': reason, 'message': message, 'field': field} for reason, field, message in causes]
     kind = resource.kind + ('.' + resource.group if resource.group else '')
     return ApiError(422, 'Invalid', '%s "%s" is invalid: %s' % (kind, name, text), details)
+
+
+def decoded(resource, obj):
+    """``obj`` as kube-apiserver's decoder leaves it (normalise.py: canonical quantities, ...), or 400 as it answers."""
+    try:
+        return normalise.normalise(resource.storage, obj)
+    except normalise.DecodeError as error:
+        raise bad_request('%s in version "%s" cannot be handled as a %s: %s' % (resource.kind, resource.version, resource.kind, error)) from None
 
 
 def method_not_allowed():
@@ -1014,6 +1025,7 @@ class Store:
         meta.pop('selfLink', None)
         if storage in ('daemonsets', 'replicasets', 'statefulsets', 'poddisruptionbudgets', 'pods'):
             meta['generation'] = meta.get('generation') or 1
+        decoded(resource, obj)
         getattr(self, '_default_' + storage, lambda obj, admit, now: None)(obj, admit, now)
         self.validate(resource, obj, None)
         if dry_run:
@@ -1046,7 +1058,7 @@ class Store:
         self.addresses += 1
         status = obj.setdefault('status', {})
         capacity = status.setdefault('capacity', {})
-        for key, value in (('cpu', '96'), ('ephemeral-storage', '1843200000Ki'), ('hugepages-1Gi', '0'), ('hugepages-2Mi', '0'),
+        for key, value in (('cpu', '96'), ('ephemeral-storage', '1843199996Ki'), ('hugepages-1Gi', '0'), ('hugepages-2Mi', '0'),
                            ('memory', '2113224328Ki'), ('pods', '110')):
             capacity.setdefault(key, value)
         status.setdefault('allocatable', dict(capacity))
@@ -1302,7 +1314,7 @@ class Store:
     def update(self, resource, old, new, subresource=None, dry_run=False):
         """Store a full new version of an existing object: the real BeforeUpdate rules, then validation."""
         storage = resource.storage
-        new = copy.deepcopy(new)
+        new = decoded(resource, copy.deepcopy(new))
         meta = new.setdefault('metadata', {})
         old_meta = old['metadata']
         if meta.get('name') != old_meta['name']:
@@ -2471,7 +2483,8 @@ class Api:
             raise ApiError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - accepted media types include: '
                            'application/json, application/yaml, application/vnd.kubernetes.protobuf, application/cbor', {})
         try:
-            return json.loads(body.decode('utf-8') or 'null') if body else None
+            # Numbers keep their text: kube-apiserver parses a quantity written as 1e3 from it.
+            return json.loads(body.decode('utf-8') or 'null', parse_float=normalise.JsonNumber) if body else None
         except ValueError as error:
             raise bad_request('the object provided is unrecognized (must be of type ...): couldn\'t get version/kind; json parse error: %s' % error)
 
