@@ -188,7 +188,7 @@ def test_reboot_hang_with_a_bmc_gets_one_power_cycle_and_returns_to_service(flee
         fleet.fleet('fault', node, 'clear')
     assert run.rc == 0, failures(run)
     assert result['state'] == 'done', result
-    assert result['reboot']['power_cycled'], result['reboot']
+    assert result['reboot']['power_cycled'] and result['reboot']['used'] == 'bmc', result['reboot']
     assert loaded_driver(fleet, node)['boot_id'] != before
     assert 'DRAIN' not in slurm(fleet, node)['State']
     # The BMC password never reaches the output.
@@ -202,6 +202,7 @@ def test_driver_reload_changes_the_loaded_driver_without_a_reboot(fleet):
     assert run.rc == 0, failures(run)
     assert result['state'] == 'done', result
     assert result['reboot']['reloaded'] and not result['reboot']['rebooted'], result['reboot']
+    assert result['reboot']['used'] == 'driver_reload', result['reboot']
     after = loaded_driver(fleet, node)
     assert after['boot_id'] == before['boot_id'] and after['driver'] == '580.65.06' and 'reloaded_at' in after
 
@@ -430,6 +431,7 @@ def test_driver_reload_falls_back_to_a_reboot_when_a_process_holds_the_gpus(flee
     assert result['state'] == 'done', result
     report = result['reboot']
     assert report['method'] == 'driver_reload' and not report['reloaded'] and report['rebooted'], report
+    assert report['used'] == 'os', report
     assert 'held by' in report['fallback'] and 'pid %s:' % holder in report['fallback'] and '/dev/nvidia0' in report['fallback'], report
     after = loaded_driver(fleet, node)
     assert after['boot_id'] != before['boot_id'] and after['driver'] == '580.65.06' and 'reloaded_at' not in after, after
