@@ -30,9 +30,14 @@ options:
     description: The registered result of the command that printed the kernel log of this boot (C(rc), C(stdout), C(stderr)); omit to skip.
     type: dict
   diag:
-    description: The C(dcgmi diag) ladder, a list of C(level) and C(result) (the registered C(gpufleet.lifecycle.dcgm_diag) result, null when not run).
+    description:
+      - The C(dcgmi diag) ladder, a list of C(level) and C(result) (the registered C(gpufleet.lifecycle.dcgm_diag) result, null when
+        not run), or the registered result of C(gpufleet.lifecycle.dcgm_diag) with I(levels) (its C(ladder)).
+    type: raw
+  diag_levels:
+    description: With I(diag) a C(dcgm_diag levels=...) result that could not start the ladder, the levels it was asked for.
     type: list
-    elements: dict
+    elements: int
   nccl:
     description: The registered result of the C(all_reduce_perf) command; omit to skip.
     type: dict
@@ -64,9 +69,10 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import ValidationInputError, evaluate
 
 
-def node_validation(facts, drift=None, expected_gpu_count=None, kernel_log=None, diag=None, nccl=None, nccl_min_busbw=0, persistenced=True):
+def node_validation(facts, drift=None, expected_gpu_count=None, kernel_log=None, diag=None, nccl=None, nccl_min_busbw=0, persistenced=True,
+                    diag_levels=None):
     try:
-        return evaluate(facts, drift=drift, expected_gpu_count=expected_gpu_count, kernel_log=kernel_log, diag=diag, nccl=nccl,
+        return evaluate(facts, drift=drift, expected_gpu_count=expected_gpu_count, kernel_log=kernel_log, diag=diag, diag_levels=diag_levels, nccl=nccl,
                         nccl_min_busbw=nccl_min_busbw, persistenced=persistenced)
     except ValidationInputError as exc:
         raise AnsibleFilterError('node_validation: %s' % exc)

@@ -248,10 +248,21 @@ def _nccl(result, min_busbw):
         parsed['avg_busbw'], (' (threshold %s GB/s)' % min_busbw) if min_busbw else ''))
 
 
+def ladder_entries(result, levels):
+    """The ladder of a ``dcgm_diag levels=...`` result: its ``ladder``; when the module could not start it (dcgmi missing),
+    the first level carries the module's answer and the others were not run."""
+    if isinstance(result.get('ladder'), list):
+        return result['ladder']
+    levels = list(levels or [1])
+    return [{'level': levels[0], 'result': result}] + [{'level': level, 'result': None} for level in levels[1:]]
+
+
 def evaluate(facts, drift=None, expected_gpu_count=None, kernel_log=None, diag=None, nccl=None, nccl_min_busbw=0,
-             persistenced=True):
-    """The verdict.  ``diag`` is a list of ``{'level': n, 'result': dcgm_diag result or None}`` in ladder order;
-    ``None`` for an input means that check is not wanted."""
+             persistenced=True, diag_levels=None):
+    """The verdict.  ``diag`` is a list of ``{'level': n, 'result': dcgm_diag result or None}`` in ladder order, or the
+    result of ``dcgm_diag levels=diag_levels`` (:func:`ladder_entries`); ``None`` for an input means that check is not wanted."""
+    if isinstance(diag, dict):
+        diag = ladder_entries(diag, diag_levels)
     if not isinstance(facts, dict):
         raise ValidationInputError('facts must be the gpufleet facts (a mapping), got %s' % type(facts).__name__)
     checks = [_health(facts)]

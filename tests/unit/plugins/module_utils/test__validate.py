@@ -164,3 +164,12 @@ def test_bad_input_names_the_field():
         evaluate(facts(), expected_gpu_count='eight')
     with pytest.raises(ValidationInputError, match='facts'):
         evaluate(None)
+
+
+def test_a_ladder_result_of_dcgm_diag_levels_is_read_as_its_ladder():
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate
+    passed = {'passed': True, 'summary': {'pass': 3}}
+    assert _validate.ladder_entries({'ladder': [{'level': 1, 'result': passed}], 'passed': True}, [1]) == [{'level': 1, 'result': passed}]
+    # dcgmi missing: the module could not start the ladder; the first level carries its answer, the next ones were not run.
+    missing = {'failed': True, 'reason': 'dcgmi_missing', 'msg': 'dcgmi was not found on PATH'}
+    assert _validate.ladder_entries(missing, [1, 3]) == [{'level': 1, 'result': missing}, {'level': 3, 'result': None}]
