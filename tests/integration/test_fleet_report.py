@@ -285,8 +285,10 @@ def report_fleet():
     yield from fleet_up(FLEET_STATE, 3, 'none')
 
 
-def dpkg_state(fleet, node):
-    return fleet.node_exec(node, 'dpkg-query', '-W', '-f', '${Package} ${Version} ${db:Status-Abbrev}\n').stdout
+def node_state(fleet, node):
+    """Installed packages with their selections and holds, and the boot (a reboot writes a new boot.json)."""
+    packages = fleet.node_exec(node, 'dpkg-query', '-W', '-f', '${Package} ${Version} ${db:Status-Abbrev}\n').stdout
+    return packages, fleet.node_exec(node, 'cat', '/run/gpufleet-sim/boot.json').stdout
 
 
 def test_drift_report_on_a_seeded_simulated_fleet(report_fleet, tmp_path):
@@ -296,19 +298,19 @@ def test_drift_report_on_a_seeded_simulated_fleet(report_fleet, tmp_path):
     assert seeded.rc == 0, seeded.stderr
     report_fleet.fleet('fault', 'gpu-03', 'xid', 'gpu=5', 'xid=79')
     try:
-        before = dict((node, dpkg_state(report_fleet, node)) for node in report_fleet.nodes)
+        before = dict((node, node_state(report_fleet, node)) for node in report_fleet.nodes)
         out = tmp_path / 'report'
         # No --check on the command line: the playbook is read-only by construction.
         process = run_with_report(DRIFT_REPORT, report_fleet.inventory, out, '-e', json.dumps({'gpufleet_pin': SIM_PIN}))
-        after = dict((node, dpkg_state(report_fleet, node)) for node in report_fleet.nodes)
-        booted = json.loads(report_fleet.fleet('status').stdout)
+        after = dict((node, node_state(report_fleet, node)) for node in report_fleet.nodes)
         alarm = run_with_report(DRIFT_REPORT, report_fleet.inventory, tmp_path / 'alarm', '-e',
                                 json.dumps({'gpufleet_pin': SIM_PIN, 'gpufleet_fail_on_drift': True}))
     finally:
         report_fleet.fleet('fault', 'gpu-03', 'clear')
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr
     assert after == before
-    assert all(row.get('driver') == '550.127.05' for row in booted['nodes']), booted
+    assert 'nvidia-container-toolkit 1.17.0-1 ii ' in after['gpu-02'][0].splitlines()
+    assert all(json.loads(after[node][1])['driver'] == '550.127.05' for node in after)
     report = load_report(out)
     assert dict((node['name'], node['state']) for node in report['nodes']) == {'gpu-01': 'in_sync', 'gpu-02': 'drifted', 'gpu-03': 'broken'}
     assert drifted(report) == {'gpu-02': ['container_toolkit']}
