@@ -218,7 +218,7 @@ class CallbackModule(CallbackBase):
         if outcome == 'unreachable' or host['result'] in (None, 'skipped', 'ok'):
             host['result'] = outcome if outcome != 'ignored' else (host['result'] or 'ok')
         if outcome in ('failed', 'unreachable'):
-            host['errors'].append({'task': result._task.get_name(), 'msg': to_text(data.get('msg') or data.get('reason') or '')[:2000]})
+            host['errors'] = host['errors'][-4:] + [{'task': result._task.get_name(), 'msg': to_text(data.get('msg') or data.get('reason') or '')[:2000]}]
         fields = getattr(result, '_task_fields', None) or {}
         self._find_ledger((fields.get('args') or {}).get('ledger'))
         if _is_drift(data):
@@ -316,7 +316,7 @@ class CallbackModule(CallbackBase):
                 host['result'] = 'unreachable'
             elif summary.get('failures'):
                 host['result'] = 'failed'
-            elif host['result'] == 'failed':
+            elif host['result'] in ('failed', 'unreachable'):
                 host['result'] = 'ok'   # rescued or ignored: the recap has no failure for it
         hosts = dict((name, host) for name, host in self.hosts.items()
                      if host['drift'] or host['upgrade'] or host['rollout'] or any(name in (self.play_hosts.get(uuid) or [])

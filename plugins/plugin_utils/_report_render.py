@@ -15,7 +15,7 @@ import io
 import json
 import os
 import tempfile
-import xml.etree.ElementTree as ElementTree
+from xml.etree import ElementTree
 
 try:
     import jinja2
@@ -117,8 +117,8 @@ def timeline(report, width=960, row=18, label=150):
     for _name, span in spans:
         if span['phase'] not in [item['phase'] for item in legend]:
             legend.append({'phase': span['phase'], 'colour': PHASE_COLOURS.get(span['phase'], '#78909c')})
-    return {'width': width, 'height': len(names) * row + 40, 'label': label, 'rows': [{'name': name, 'y': index * row + 20 + row - 7}
-                                                                                     for index, name in enumerate(names)],
+    rows = [{'name': name, 'y': index * row + 20 + row - 7} for index, name in enumerate(names)]
+    return {'width': width, 'height': len(names) * row + 40, 'label': label, 'rows': rows,
             'bars': bars, 'ticks': ticks, 'axis_y': len(names) * row + 24, 'legend': legend, 'start': _report.iso(start)}
 
 
@@ -133,10 +133,10 @@ def _cell(value):
 def markdown(report):
     summary = report['summary']
     run = report['run']
-    lines = ['# Fleet report: %s' % ', '.join(run['playbooks'] or ['(no playbook)']), '',
-             '%s run `%s`, %s to %s (%s)%s%s.' % (report['kind'].capitalize(), run['id'] or '-', run['started'] or '-', run['finished'] or '-',
-                                                   duration(run['duration_seconds']), ', check mode' if run['check_mode'] else '',
-                                                   ', ledger `%s`' % run['ledger'] if run['ledger'] else ''), '',
+    heading = '%s run `%s`, %s to %s (%s)%s%s.' % (
+        report['kind'].capitalize(), run['id'] or '-', run['started'] or '-', run['finished'] or '-', duration(run['duration_seconds']),
+        ', check mode' if run['check_mode'] else '', ', ledger `%s`' % run['ledger'] if run['ledger'] else '')
+    lines = ['# Fleet report: %s' % ', '.join(run['playbooks'] or ['(no playbook)']), '', heading, '',
              '## Summary', '', '| state | nodes |', '| --- | --- |']
     lines.extend('| %s | %d |' % (state, count) for state, count in summary['states'].items() if count)
     lines.append('| **total** | **%d** |' % summary['nodes'])
@@ -170,9 +170,8 @@ def markdown(report):
         for node in report['nodes']:
             if node['rollout']:
                 seconds = node['rollout']['seconds']
-                lines.append('| %s | %s | %s |' % (_cell(node['name']), ' | '.join(duration(seconds[phase]) if phase in seconds else '-'
-                                                                                     for phase in phases),
-                                                   duration(node['rollout']['total_seconds'])))
+                cells = ' | '.join(duration(seconds[phase]) if phase in seconds else '-' for phase in phases)
+                lines.append('| %s | %s | %s |' % (_cell(node['name']), cells, duration(node['rollout']['total_seconds'])))
     return '\n'.join(lines) + '\n'
 
 

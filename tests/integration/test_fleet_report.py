@@ -155,8 +155,8 @@ def test_drift_report_callback_files(stand_in_fleet, tmp_path):
     json.loads(process.stdout)  # the callback prints nothing into the stdout callback's JSON
     report = load_report(out)
     assert report['kind'] == 'drift' and report['run']['check_mode'] is True and report['run']['playbooks'] == ['drift_report.yml']
-    assert dict((node['name'], node['state']) for node in report['nodes']) == {'in-sync': 'in_sync', 'old-driver': 'drifted',
-                                                                              'mismatch': 'broken'}
+    states = dict((node['name'], node['state']) for node in report['nodes'])
+    assert states == {'in-sync': 'in_sync', 'old-driver': 'drifted', 'mismatch': 'broken'}
     assert drifted(report) == {'old-driver': ['container_toolkit', 'driver']}
     assert junit_cases(out) == {'in-sync': [], 'old-driver': [('Failure', 'drift')], 'mismatch': [('Failure', 'broken')]}
     samples = metric_samples(out)
@@ -227,8 +227,9 @@ def test_callback_under_linear_serial_and_host_pinned(tmp_path, strategy, batch)
     assert report['kind'] == 'rollout'
     assert dict((name, node['state']) for name, node in nodes.items()) == {'n1': 'done', 'n2': 'rolled_back', 'n3': 'quarantined', 'n4': 'done'}
     assert nodes['n2']['drift']['status'] == 'drifted' and nodes['n2']['failure']['kind'] == 'rolled_back'
-    assert nodes['n3']['failure'] == {'kind': 'quarantined', 'reason': 'failed on the new and the previous pin (validation: dcgm_diag_r1: dcgmi diag -r 1: memory)',
-                                      'phase': 'rollback_validate'}
+    assert nodes['n3']['failure'] == {
+        'kind': 'quarantined', 'reason': 'failed on the new and the previous pin (validation: dcgm_diag_r1: dcgmi diag -r 1: memory)',
+        'phase': 'rollback_validate'}
     assert [span['phase'] for span in nodes['n1']['timeline']] == ['drain', 'converge', 'validate']
     assert [nodes[name]['batch'] for name in sorted(nodes)] == ([1, 1, 2, 2] if batch == 2 else [1, 1, 1, 1])
     assert junit_cases(out) == {'n1': [], 'n2': [('Failure', 'rolled_back')], 'n3': [('Failure', 'quarantined')], 'n4': []}

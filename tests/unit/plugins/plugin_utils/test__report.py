@@ -40,8 +40,9 @@ PIN = {'driver': '550.127.05', 'fabric_manager': '550.127.05', 'container_toolki
 T0 = 1795000000.0
 
 
-def drift_result(facts, pin=PIN):
+def drift_result(facts, pin=None):
     """What the drift_check action returns (its documented keys)."""
+    pin = pin or PIN
     result = compute_drift(facts, pin)
     result.update(pin=pin, msg=result['message'], changed=result['status'] == 'drifted')
     return result
@@ -93,10 +94,11 @@ def upgrade(state, phase, reason='', levels=(('1', 'pass'), ('3', 'pass')), star
 def rollout_hosts():
     return {
         'gpu-01': {'result': 'ok', 'upgrade': upgrade('done', 'uncordon'), 'batch': 1, 'rollout': True, 'start': T0, 'end': T0 + 260},
-        'gpu-02': {'result': 'failed', 'upgrade': upgrade('rolled_back', 'rollback_validate', 'validation failed on the new pin',
-                                                         levels=(('1', 'pass'), ('3', 'fail'))), 'batch': 2, 'rollout': True},
-        'gpu-03': {'result': 'failed', 'upgrade': upgrade('quarantined', 'rollback_validate', 'failed on the new and the previous pin',
-                                                         levels=(('1', 'fail'), ('3', 'not_run'))), 'batch': 2, 'rollout': True},
+        'gpu-02': {'result': 'failed', 'batch': 2, 'rollout': True,
+                   'upgrade': upgrade('rolled_back', 'rollback_validate', 'validation failed on the new pin', levels=(('1', 'pass'), ('3', 'fail')))},
+        'gpu-03': {'result': 'failed', 'batch': 2, 'rollout': True,
+                   'upgrade': upgrade('quarantined', 'rollback_validate', 'failed on the new and the previous pin',
+                                      levels=(('1', 'fail'), ('3', 'not_run')))},
         'gpu-04': {'result': None, 'rollout': True},
     }
 
@@ -324,9 +326,9 @@ def test_html_escapes_what_nodes_report():
 def test_html_timeline_has_a_bar_per_phase():
     report = _report.build(RUN, rollout_hosts())
     chart = _report_render.timeline(report)
-    bars = [(bar['node'], bar['phase']) for bar in chart['bars']]
+    bars = [(item['node'], item['phase']) for item in chart['bars']]
     assert bars[:5] == [('gpu-01', phase) for phase in ('precheck', 'drain', 'converge', 'reboot', 'validate')]
-    assert ('gpu-02', 'rollback') in bars and all(bar['width'] > 0 for bar in chart['bars'])
+    assert ('gpu-02', 'rollback') in bars and all(item['width'] > 0 for item in chart['bars'])
     assert 'data-phase="rollback"' in _report_render.html(report)
 
 
