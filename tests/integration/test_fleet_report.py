@@ -327,3 +327,27 @@ def test_drift_report_on_a_seeded_simulated_fleet(report_fleet, tmp_path):
         'in_sync': 1, 'drifted': 1, 'broken': 1, 'not_checked': 0}
     assert alarm.returncode == 2, alarm.stderr
     assert load_report(tmp_path / 'alarm')['summary']['drift'] == report['summary']['drift']
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# ansible-runner, the engine AWX uses.
+
+def test_drift_report_through_ansible_runner_leaves_artifacts_and_the_summary(stand_in_fleet, tmp_path):
+    import ansible_runner  # pylint: disable=import-outside-toplevel
+
+    inventory, pin = stand_in_fleet
+    environment = ansible_environment()
+    for name in ('ANSIBLE_STDOUT_CALLBACK', 'ANSIBLE_CALLBACK_RESULT_FORMAT'):
+        environment.pop(name, None)
+    environment.update({'ANSIBLE_CALLBACKS_ENABLED': 'gpufleet.lifecycle.fleet_report', 'GPUFLEET_REPORT_DIR': str(tmp_path / 'report')})
+    (tmp_path / 'runner').mkdir()
+    runner = ansible_runner.run(private_data_dir=str(tmp_path / 'runner'), playbook=DRIFT_REPORT, inventory=inventory, ident='nightly',
+                                extravars={'gpufleet_pin_file': pin}, envvars=environment, quiet=True)
+    assert (runner.status, runner.rc) == ('successful', 0), runner.stdout.read()[-3000:]
+    stats = [event for event in runner.events if event['event'] == 'playbook_on_stats']
+    assert stats[0]['event_data']['artifact_data']['gpufleet_drift_summary'] == {
+        'in_sync': ['in-sync'], 'drifted': ['old-driver'], 'broken': ['mismatch'], 'not_checked': [], 'not_reported': []}
+    artifacts = tmp_path / 'runner' / 'artifacts' / 'nightly'
+    assert (artifacts / 'rc').read_text(encoding='utf-8') == '0' and (artifacts / 'job_events').is_dir()
+    report = load_report(tmp_path / 'report')
+    assert dict((node['name'], node['state']) for node in report['nodes']) == {'in-sync': 'in_sync', 'old-driver': 'drifted', 'mismatch': 'broken'}
