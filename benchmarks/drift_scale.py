@@ -135,9 +135,9 @@ def main():
     if 'ok=%d' % 1 not in process.stdout:
         raise SystemExit('drift_report printed no recap:\n%s' % process.stdout[-2000:])
     print('drift_report (one drift_check task per host)%s %7.1f s wall %7.1f s CPU' % (' ' * 46, wall, cpu))
+    numbers = (args.hosts, args.forks, runbook_wall, wall, wall / runbook_wall, runbook_cpu / args.hosts, cpu / args.hosts)
     print('hosts %d, forks %d: runbook %.1f s, drift_report %.1f s, ratio %.2f (target <= 0.20); controller CPU per host: '
-          'runbook %.3f s, drift_report %.3f s' % (args.hosts, args.forks, runbook_wall, wall, wall / runbook_wall,
-                                                    runbook_cpu / args.hosts, cpu / args.hosts))
+          'runbook %.3f s, drift_report %.3f s' % numbers)
 
 
 if __name__ == '__main__':
