@@ -257,7 +257,10 @@ def validate_facts(facts):
 def compute_drift(facts, pin):
     """Compare ``facts`` (the ``ansible_facts.gpufleet`` mapping) with ``pin``.
 
-    Returns {'status', 'drift', 'checked', 'not_applicable', 'health', 'health_reason', 'message'}.
+    Returns {'status', 'drift', 'checked', 'not_applicable', 'components', 'health', 'health_reason', 'message'}.
+    ``components`` has every pinned component: ``status`` (``in_sync``, ``drifted``, ``not_applicable``, ``unverified``
+    on a broken node), ``expected``, ``actual`` (for ``vbios``/``gsp_firmware`` the distinct versions of the GPUs, and
+    ``gpus``: the drifted GPUs) and ``source``: what a report shows for in-sync components too.
     """
     validate_facts(facts)
     pin = normalize_pin(pin)
@@ -268,12 +271,15 @@ def compute_drift(facts, pin):
         'drift': {},
         'checked': [],
         'not_applicable': [],
+        'components': {},
     }
     pinned = pinned_components(pin)
     if health == 'broken':
         result['status'] = STATUS_BROKEN
         result['message'] = 'node is broken (%s): %s' % (facts.get('health_reason'), facts.get('health_message'))
         result['unverified'] = pinned
+        for component in pinned:
+            result['components'][component] = {'status': 'unverified', 'expected': pin[component], 'actual': None}
         return result
 
     scheme = facts.get('package_manager') or 'dpkg'
@@ -282,6 +288,7 @@ def compute_drift(facts, pin):
         if component in ('vbios', 'gsp_firmware'):
             if health == 'absent':
                 result['not_applicable'].append(component)
+                result['components'][component] = {'status': 'not_applicable', 'expected': expected, 'actual': None}
                 continue
             field = 'vbios_version' if component == 'vbios' else 'gsp_firmware_version'
             expected_for = _vbios_expected(expected) if component == 'vbios' else (lambda gpu, value=expected: value)
@@ -289,9 +296,13 @@ def compute_drift(facts, pin):
             result['checked'].append(component)
             if per_gpu:
                 result['drift'][component] = per_gpu
+            result['components'][component] = {
+                'status': STATUS_DRIFTED if per_gpu else STATUS_IN_SYNC, 'expected': expected,
+                'actual': sorted(set(gpu.get(field) or '' for gpu in facts.get('gpus') or [])), 'gpus': per_gpu}
             continue
         if component == 'fabric_manager' and not _fabric_manager_applies(facts):
             result['not_applicable'].append(component)
+            result['components'][component] = {'status': 'not_applicable', 'expected': expected, 'actual': None}
             continue
         actual, source = component_actual(facts, component)
         if component == 'kernel':
@@ -304,6 +315,8 @@ def compute_drift(facts, pin):
         entry = _scalar(expected, actual, matched, source)
         if entry:
             result['drift'][component] = entry
+        result['components'][component] = {'status': STATUS_DRIFTED if entry else STATUS_IN_SYNC, 'expected': expected,
+                                           'actual': actual, 'source': source}
     result['status'] = STATUS_DRIFTED if result['drift'] else STATUS_IN_SYNC
     if result['drift']:
         result['message'] = 'drifted from the pin: %s' % ', '.join(component for component in COMPONENTS if component in result['drift'])

@@ -116,6 +116,16 @@ drift:
   type: dict
   returned: always
   sample: {"driver": {"expected": "580.65.06", "actual": "550.127.05", "source": "nvidia-smi"}}
+components:
+  description:
+    - Every pinned component, also the ones in sync, for reports (the fleet_report callback reads this key, never the diff).
+    - C(status) is C(in_sync), C(drifted), C(not_applicable), or C(unverified) (the node is broken); C(expected) is the pin;
+      C(actual) the version read (null when not installed or unreadable), for C(vbios) and C(gsp_firmware) the sorted list of
+      the distinct versions of the node's GPUs, with C(gpus) holding the drifted GPUs as in I(drift); C(source) where a
+      scalar version was read.
+  type: dict
+  returned: always
+  sample: {"driver": {"status": "in_sync", "expected": "550.127.05", "actual": "550.127.05", "source": "nvidia-smi"}}
 checked:
   description: Components that were pinned and compared.
   type: list

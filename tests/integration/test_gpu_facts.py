@@ -123,8 +123,9 @@ def test_drift_report_check_diff(fleet, tmp_path):
     assert result.stats['old-driver']['changed'] == 1
     assert result.stats['in-sync']['changed'] == 0
     assert result.stats['mismatch']['changed'] == 0
-    summary = result.task('Summarise the fleet')
-    message = list(summary.values())[0]['msg']
+    summary = result.task('Print the summary')
+    assert list(summary) == ['localhost']
+    message = summary['localhost']['msg']
     assert message == {'in_sync': ['in-sync'], 'drifted': ['old-driver'], 'broken': ['mismatch'], 'not_checked': [], 'not_reported': []}
 
 

@@ -247,3 +247,32 @@ def test_diff_shows_actual_before_and_pin_after():
     assert after == ('driver: 580.65.06\n'
                      'vbios[gpu 1 NVIDIA H100 80GB HBM3]: 96.00.99.00.01\n'
                      'container_toolkit: 1.17.0\n')
+
+
+def test_components_show_in_sync_and_drifted_with_actual_and_pinned():
+    node = facts(driver_version='550.127.05')
+    node['gpus'][1]['vbios_version'] = '96.00.74.00.0D'
+    report = compute_drift(node, PIN)
+    components = report['components']
+    assert sorted(components) == sorted(report['checked'] + report['not_applicable'])
+    assert components['driver'] == {'status': 'drifted', 'expected': '580.65.06', 'actual': '550.127.05', 'source': 'nvidia-smi'}
+    assert components['dcgm']['status'] == 'in_sync' and components['dcgm']['actual'] and components['dcgm']['expected'] == PIN['dcgm']
+    assert components['vbios']['status'] == 'drifted'
+    assert components['vbios']['actual'] == sorted({'96.00.74.00.0D', FACTS['gpus'][0]['vbios_version']})
+    assert set(components['vbios']['gpus']) == {'1'}
+    assert [name for name, entry in components.items() if entry['status'] == 'drifted'] == sorted(report['drift'], key=list(COMPONENTS).index)
+
+
+def test_components_of_a_broken_node_are_unverified():
+    node = facts(health='broken', health_reason='gpu_lost', health_message='GPU lost', driver_version=None, gpus=[])
+    report = compute_drift(node, PIN)
+    assert set(entry['status'] for entry in report['components'].values()) == {'unverified'}
+    assert report['components']['driver'] == {'status': 'unverified', 'expected': PIN['driver'], 'actual': None}
+
+
+def test_components_not_applicable_fabric_manager():
+    node = facts(nvswitch_count=0)
+    node['packages'] = dict((name, version) for name, version in node['packages'].items() if 'fabricmanager' not in name)
+    node['tools'] = dict(node['tools'], fabric_manager=None)
+    report = compute_drift(node, PIN)
+    assert report['components']['fabric_manager'] == {'status': 'not_applicable', 'expected': PIN['fabric_manager'], 'actual': None}

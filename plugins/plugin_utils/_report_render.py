@@ -1,0 +1,338 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Render a fleet report (``_report.build``) as Markdown, self-contained HTML (Jinja2), JUnit XML and a Prometheus textfile.
+
+Controller-side, no Ansible import.  Libraries do the formats: Jinja2 (an ansible-core dependency) the HTML,
+``xml.etree`` the JUnit XML, ``prometheus_client`` the text exposition (``requirements.txt``); the JSON Schema is
+checked with ``jsonschema`` when it is installed.  :func:`write_all` writes every file atomically.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import json
+import os
+import tempfile
+from xml.etree import ElementTree
+
+try:
+    import jinja2
+except ImportError:  # pragma: no cover - ansible-core depends on Jinja2
+    jinja2 = None
+
+try:
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+except ImportError:
+    CollectorRegistry = Gauge = generate_latest = None
+
+try:
+    import jsonschema
+except ImportError:
+    jsonschema = None
+
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _report
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HTML_TEMPLATE = os.path.join(HERE, 'fleet_report.html.j2')
+FILES = ('report.json', 'report.md', 'report.html', 'junit.xml', 'metrics.prom')
+PHASE_COLOURS = {
+    'precheck': '#9e9e9e', 'admitted': '#9e9e9e', 'cordon': '#8d6e63', 'cordoned': '#8d6e63', 'wait': '#bcaaa4',
+    'drain': '#a1887f', 'drained': '#a1887f', 'converge': '#42a5f5', 'converging': '#42a5f5', 'reboot': '#7e57c2',
+    'rebooting': '#7e57c2', 'validate': '#26a69a', 'validating': '#26a69a', 'uncordon': '#66bb6a', 'done': '#2e7d32',
+    'rollback': '#ef6c00', 'rollback_reboot': '#ef6c00', 'rollback_validate': '#ffa726', 'rolling_back': '#ef6c00',
+    'rolled_back': '#e65100', 'quarantine': '#c62828', 'quarantined': '#c62828', 'restore': '#bdbdbd', 'run': '#90a4ae',
+}
+
+
+class RenderError(RuntimeError):
+    """A format that cannot be written (a missing library); the message says what to install."""
+
+
+def _when(epoch):
+    if epoch is None:
+        return '-'
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime('%H:%M:%S')
+
+
+def duration(seconds):
+    """``2m14s``, ``1h03m``, ``45s``."""
+    seconds = int(round(float(seconds or 0)))
+    if seconds >= 3600:
+        return '%dh%02dm' % (seconds // 3600, seconds % 3600 // 60)
+    if seconds >= 60:
+        return '%dm%02ds' % (seconds // 60, seconds % 60)
+    return '%ds' % seconds
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Views shared by Markdown and HTML.
+
+def drift_rows(report):
+    """``{component: [{'node', 'status', 'actual', 'expected', 'source'}]}`` for every node that checked it."""
+    rows = {}
+    for node in report['nodes']:
+        for component, entry in ((node['drift'] or {}).get('components') or {}).items():
+            rows.setdefault(component, []).append(dict(entry, node=node['name']))
+    return dict(sorted(rows.items()))
+
+
+def failure_rows(report):
+    return [dict(node['failure'], node=node['name'], state=node['state']) for node in report['nodes'] if node['failure']]
+
+
+def phase_columns(report):
+    phases = []
+    for node in report['nodes']:
+        for phase in ((node['rollout'] or {}).get('seconds') or {}):
+            if phase not in phases:
+                phases.append(phase)
+    return phases
+
+
+def timeline(report, width=960, row=18, label=150):
+    """Geometry of the timeline chart: one row per node, one bar per phase span (seconds since the first start)."""
+    spans = [(node['name'], span) for node in report['nodes'] for span in node['timeline']]
+    if not spans:
+        return None
+    start = min(span['start'] for _name, span in spans)
+    end = max(span['end'] for _name, span in spans)
+    total = max(end - start, 1.0)
+    scale = (width - label - 10) / total
+    names = [node['name'] for node in report['nodes'] if node['timeline']]
+    bars = []
+    for name, span in spans:
+        y = names.index(name) * row + 20
+        x = label + (span['start'] - start) * scale
+        bars.append({'x': round(x, 1), 'y': y, 'width': round(max(2.0, (span['end'] - span['start']) * scale), 1), 'height': row - 4,
+                     'colour': PHASE_COLOURS.get(span['phase'], '#78909c'), 'phase': span['phase'], 'node': name,
+                     'title': '%s %s %s-%s (%s)' % (name, span['phase'], _when(span['start']), _when(span['end']),
+                                                    duration(span['end'] - span['start']))})
+    ticks = []
+    for index in range(6):
+        seconds = total * index / 5
+        ticks.append({'x': round(label + seconds * scale, 1), 'text': '+%s' % duration(seconds)})
+    legend = []
+    for _name, span in spans:
+        if span['phase'] not in [item['phase'] for item in legend]:
+            legend.append({'phase': span['phase'], 'colour': PHASE_COLOURS.get(span['phase'], '#78909c')})
+    rows = [{'name': name, 'y': index * row + 20 + row - 7} for index, name in enumerate(names)]
+    return {'width': width, 'height': len(names) * row + 40, 'label': label, 'rows': rows,
+            'bars': bars, 'ticks': ticks, 'axis_y': len(names) * row + 24, 'legend': legend, 'start': _report.iso(start)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Markdown.
+
+def _cell(value):
+    text = '-' if value is None or value == '' else str(value)
+    return text.replace('|', '\\|').replace('\n', ' ')
+
+
+def markdown(report):
+    summary = report['summary']
+    run = report['run']
+    heading = '%s run `%s`, %s to %s (%s)%s%s.' % (
+        report['kind'].capitalize(), run['id'] or '-', run['started'] or '-', run['finished'] or '-', duration(run['duration_seconds']),
+        ', check mode' if run['check_mode'] else '', ', ledger `%s`' % run['ledger'] if run['ledger'] else '')
+    lines = ['# Fleet report: %s' % ', '.join(run['playbooks'] or ['(no playbook)']), '', heading, '',
+             '## Summary', '', '| state | nodes |', '| --- | --- |']
+    lines.extend('| %s | %d |' % (state, count) for state, count in summary['states'].items() if count)
+    lines.append('| **total** | **%d** |' % summary['nodes'])
+    if report['kind'] == 'rollout':
+        progress = summary['progress']
+        lines += ['', 'Progress: %d done, %d in progress, %d failed, %d pending.' % (
+            progress['done'], progress['in_progress'], progress['failed'], progress['pending'])]
+    lines += ['', '## Nodes', '', '| node | state | Ansible | drift | rollout phase | reason |', '| --- | --- | --- | --- | --- | --- |']
+    for node in report['nodes']:
+        lines.append('| %s | %s | %s | %s | %s | %s |' % (
+            _cell(node['name']), _cell(node['state']), _cell(node['result']), _cell((node['drift'] or {}).get('status')),
+            _cell((node['rollout'] or {}).get('phase')), _cell((node['failure'] or {}).get('reason'))))
+    rows = drift_rows(report)
+    if rows:
+        lines += ['', '## Drift by component']
+        for component, entries in rows.items():
+            lines += ['', '### %s' % component, '', '| node | status | actual | pinned |', '| --- | --- | --- | --- |']
+            lines.extend('| %s | %s | %s | %s |' % (_cell(entry['node']), _cell(entry['status']), _cell(entry['actual']), _cell(entry['expected']))
+                         for entry in entries)
+    failures = failure_rows(report)
+    lines += ['', '## Failures', '']
+    if failures:
+        lines += ['| node | kind | phase | reason |', '| --- | --- | --- | --- |']
+        lines.extend('| %s | %s | %s | %s |' % (_cell(row['node']), _cell(row['kind']), _cell(row['phase']), _cell(row['reason']))
+                     for row in failures)
+    else:
+        lines.append('None.')
+    phases = phase_columns(report)
+    if phases:
+        lines += ['', '## Time per phase', '', '| node | %s | total |' % ' | '.join(phases), '| --- |%s --- |' % (' --- |' * len(phases))]
+        for node in report['nodes']:
+            if node['rollout']:
+                seconds = node['rollout']['seconds']
+                cells = ' | '.join(duration(seconds[phase]) if phase in seconds else '-' for phase in phases)
+                lines.append('| %s | %s | %s |' % (_cell(node['name']), cells, duration(node['rollout']['total_seconds'])))
+    return '\n'.join(lines) + '\n'
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# HTML.
+
+def html(report):
+    if jinja2 is None:  # pragma: no cover
+        raise RenderError('report.html needs Jinja2')
+    with open(HTML_TEMPLATE, encoding='utf-8') as handle:
+        template = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
+                                      lstrip_blocks=True).from_string(handle.read())
+    return template.render(report=report, summary=report['summary'], run=report['run'], drift=drift_rows(report),
+                           failures=failure_rows(report), phases=phase_columns(report), chart=timeline(report), duration=duration)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# JUnit.
+
+def _failure_text(node):
+    lines = []
+    for check in ((node['rollout'] or {}).get('validation') or []):
+        if isinstance(check, dict) and not check.get('passed'):
+            lines.append('validation %s: %s' % (check.get('name'), check.get('message')))
+    for check in ((node['rollout'] or {}).get('rollback_validation') or []):
+        if isinstance(check, dict) and not check.get('passed'):
+            lines.append('after the rollback %s: %s' % (check.get('name'), check.get('message')))
+    for component, entry in ((node['drift'] or {}).get('components') or {}).items():
+        if entry['status'] == 'drifted':
+            lines.append('%s: actual %s, pinned %s' % (component, entry['actual'], entry['expected']))
+    return '\n'.join(lines)
+
+
+def junit(report):
+    """``junit.xml``: one test suite, one test case per node; drift, broken, validation failure, rollback and quarantine
+    are failures, unreachable hosts and task errors are errors, pending/deferred/left-alone nodes are skipped."""
+    name = 'gpufleet.%s' % (', '.join(os.path.splitext(os.path.basename(book))[0] for book in report['run']['playbooks']) or report['kind'])
+    suite = ElementTree.Element('testsuite', name=name, timestamp=report['run']['started'] or '',
+                                time='%.1f' % report['run']['duration_seconds'])
+    counts = {'tests': 0, 'failures': 0, 'errors': 0, 'skipped': 0}
+    for node in report['nodes']:
+        seconds = (node['rollout'] or {}).get('total_seconds') or sum(span['end'] - span['start'] for span in node['timeline'])
+        case = ElementTree.SubElement(suite, 'testcase', classname='gpufleet.%s' % report['kind'], name=node['name'], time='%.1f' % seconds)
+        counts['tests'] += 1
+        failure = node['failure']
+        if failure and failure['kind'] in ('unreachable', 'error'):
+            element = ElementTree.SubElement(case, 'error', type=failure['kind'], message=failure['reason'])
+            element.text = failure['reason']
+            counts['errors'] += 1
+        elif failure:
+            message = '%s%s: %s' % (failure['kind'], ' in %s' % failure['phase'] if failure['phase'] else '', failure['reason'])
+            element = ElementTree.SubElement(case, 'failure', type=failure['kind'], message=message)
+            element.text = _failure_text(node) or failure['reason']
+            counts['failures'] += 1
+        elif node['state'] in ('pending', 'deferred', 'left_alone', 'not_checked', 'not_reported'):
+            ElementTree.SubElement(case, 'skipped', message='%s: %s' % (node['state'], (node['ledger'] or node['rollout'] or node['drift'] or {}).get(
+                'reason') or (node['drift'] or {}).get('message') or node['state']))
+            counts['skipped'] += 1
+        properties = ElementTree.SubElement(case, 'properties')
+        for key, value in (('state', node['state']), ('phase', (node['rollout'] or {}).get('phase')), ('batch', node['batch'])):
+            if value is not None:
+                ElementTree.SubElement(properties, 'property', name=key, value=str(value))
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    suites = ElementTree.Element('testsuites', name='gpufleet.lifecycle', **dict((key, str(value)) for key, value in counts.items()))
+    suites.append(suite)
+    buffer = io.BytesIO()
+    ElementTree.ElementTree(suites).write(buffer, encoding='utf-8', xml_declaration=True)
+    return buffer.getvalue().decode('utf-8') + '\n'
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Prometheus.
+
+def metrics(report, playbook=None):
+    """``metrics.prom`` for node_exporter's textfile collector; every series carries ``playbook`` so the files of the
+    drift report and of a rollout can sit in one textfile folder without clashing."""
+    if CollectorRegistry is None:
+        raise RenderError('metrics.prom needs the Python package prometheus_client on the controller (pip install prometheus-client)')
+    label = playbook or os.path.splitext(os.path.basename((report['run']['playbooks'] or ['unknown'])[-1]))[0]
+    summary = report['summary']
+    registry = CollectorRegistry()
+    nodes = Gauge('gpufleet_nodes', 'Nodes per state at the end of the run (ledger state, rollout result or drift status).',
+                  ['playbook', 'state'], registry=registry)
+    for state, count in summary['states'].items():
+        nodes.labels(label, state).set(count)
+    drift = Gauge('gpufleet_drift_nodes', 'Nodes per drift status (drift_check).', ['playbook', 'status'], registry=registry)
+    for status, count in summary['drift'].items():
+        drift.labels(label, status).set(count)
+    components = Gauge('gpufleet_drifted_nodes', 'Drifted nodes per pinned component.', ['playbook', 'component'], registry=registry)
+    for component, count in summary['drifted_components'].items():
+        components.labels(label, component).set(count)
+    validation = Gauge('gpufleet_validation_nodes', 'Nodes per DCGM diag level, batch and result (pass, fail, not_run).',
+                       ['playbook', 'level', 'batch', 'result'], registry=registry)
+    for row in summary['validation']:
+        for result in ('pass', 'fail', 'not_run'):
+            validation.labels(label, row['level'], row['batch'], result).set(row[result])
+    for key, text in (('in_progress', 'in progress (cordoned .. validating, rolling back)'), ('done', 'done (done, left alone)'),
+                      ('failed', 'failed (rolled back, quarantined)'), ('pending', 'pending (not admitted yet, deferred)')):
+        Gauge('gpufleet_nodes_upgrades_%s' % key, 'Rollout nodes %s, as the GPU Operator counts its upgrades.' % text, ['playbook'],
+              registry=registry).labels(label).set(summary['progress'][key])
+    phases = Gauge('gpufleet_phase_seconds', 'Seconds nodes spent per node_upgrade phase (mean and max over the nodes).',
+                   ['playbook', 'phase', 'stat'], registry=registry)
+    for phase, entry in summary['phases'].items():
+        phases.labels(label, phase, 'mean').set(entry['mean'])
+        phases.labels(label, phase, 'max').set(entry['max'])
+    finished = _report._epoch(report['run']['finished']) or 0
+    Gauge('gpufleet_report_last_run_timestamp_seconds', 'When the run ended (Unix time).', ['playbook'],
+          registry=registry).labels(label).set(finished)
+    Gauge('gpufleet_report_last_run_duration_seconds', 'How long the run took.', ['playbook'],
+          registry=registry).labels(label).set(report['run']['duration_seconds'])
+    Gauge('gpufleet_report_failures', 'Nodes with a failure in the report (drift, broken, validation, rollback, quarantine, errors).',
+          ['playbook'], registry=registry).labels(label).set(summary['failures'])
+    return generate_latest(registry).decode('utf-8')
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Files.
+
+def validate(report):
+    """Problems of ``report`` against the shipped schema (``[]`` when valid or when jsonschema is not installed)."""
+    if jsonschema is None:
+        return []
+    validator = jsonschema.Draft202012Validator(_report.schema())
+    return ['%s: %s' % ('/'.join(str(part) for part in error.absolute_path) or '(top)', error.message)
+            for error in sorted(validator.iter_errors(report), key=lambda error: list(error.absolute_path))]
+
+
+def _write(folder, name, text):
+    handle, temporary = tempfile.mkstemp(prefix='.%s.' % name, dir=folder)
+    try:
+        with os.fdopen(handle, 'w', encoding='utf-8') as stream:
+            stream.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, os.path.join(folder, name))
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+    return os.path.join(folder, name)
+
+
+def write_all(report, folder, playbook=None, textfile=None):
+    """Write every format into ``folder`` (created); returns ``(written paths, problems)``.
+
+    A format that cannot be written (no prometheus_client) is a problem, not an exception: the others are still written.
+    ``textfile``: a second path for ``metrics.prom`` (a node_exporter textfile folder's ``*.prom``), written atomically.
+    """
+    os.makedirs(folder, exist_ok=True)
+    written, problems = [], []
+    problems.extend('report.json does not match %s: %s' % (os.path.basename(_report.SCHEMA_FILE), problem) for problem in validate(report))
+    written.append(_write(folder, 'report.json', json.dumps(report, indent=2, sort_keys=True) + '\n'))
+    for name, render in (('report.md', markdown), ('report.html', html), ('junit.xml', junit)):
+        written.append(_write(folder, name, render(report)))
+    try:
+        text = metrics(report, playbook)
+    except RenderError as exc:
+        problems.append(str(exc))
+    else:
+        written.append(_write(folder, 'metrics.prom', text))
+        if textfile:
+            os.makedirs(os.path.dirname(os.path.abspath(textfile)), exist_ok=True)
+            written.append(_write(os.path.dirname(os.path.abspath(textfile)), os.path.basename(textfile), text))
+    return written, problems
