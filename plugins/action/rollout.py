@@ -25,7 +25,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
 
-STEPS = ('start', 'admit', 'settle', 'finish', 'plan', 'control')
+STEPS = ('check', 'start', 'admit', 'settle', 'finish', 'plan', 'control')
 VERBS = ('pause', 'resume', 'skip', 'retry', 'release', 'released', 'reset_breaker')
 ARGUMENT_SPEC = dict(
     step=dict(type='str', required=True, choices=list(STEPS)),
@@ -181,6 +181,12 @@ class ActionModule(ActionBase):
             result.setdefault('warnings', []).append('gpufleet_escalation failed: %s' % to_native(exc))
 
     # ---------------------------------------------------------------------------------------------- steps
+    def _check(self, args, task_vars, result):
+        """The policy validated (and every node's domain variable), nothing else: a bad value fails before any node is read."""
+        policy = _policy.load_policy(self._policy_vars(args, task_vars))
+        self._domains(task_vars, policy, list(dict.fromkeys(args['nodes'])))
+        result.update(changed=False, policy=policy.to_dict(), msg='policy: %s' % json.dumps(policy.to_dict(), sort_keys=True))
+
     def _start(self, args, task_vars, result):
         nodes = list(dict.fromkeys(args['nodes']))
         if not nodes:
@@ -253,7 +259,11 @@ class ActionModule(ActionBase):
         started = time.time()
         domains = {}
         hostvars = task_vars.get('hostvars') or {}
+        parent = os.getppid()
         while True:
+            if os.getppid() != parent:
+                # ansible-playbook is gone (killed): an orphaned worker must not admit anyone.
+                raise GateError('ansible-playbook (pid %d) is gone; %s stays pending' % (parent, node))
             state = ledger.refresh()
             policy = _policy.load_policy(state['policy'])
             if policy.domain_var and not domains:
@@ -427,7 +437,7 @@ class ActionModule(ActionBase):
         del dummy
         host = task_vars.get('inventory_hostname', '?')
         step = args['step']
-        if self._task.check_mode and step not in ('plan',):
+        if self._task.check_mode and step not in ('check', 'plan'):
             result.update(changed=False, skipped=True, msg='%s: the rollout gate does not run in check mode (use plan.yml)' % host)
             return result
         try:

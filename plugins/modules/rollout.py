@@ -13,6 +13,7 @@ description:
   - The controller side of window mode (C(gpufleet_window)) of the C(rolling_restart), C(converge) and C(rollback) playbooks,
     and of C(plan.yml) and C(rollout_control.yml). Every decision is pure Python in the collection's C(plugin_utils)
     (C(_policy), C(_gate), C(_ledger), C(_planner), C(_rollout)); docs/rollout-policy.md describes the rules.
+  - "I(step=check) - validates the policy variables (and each node's I(gpufleet_domain_var)) only."
   - "I(step=start) (on localhost): validates the C(gpufleet_*) policy variables (a bad value fails naming the variable,
     before any node is touched), takes the fleet lock (a second rollout is refused naming the run that holds it), creates
     C(<run_dir>/<run_id>/ledger.jsonl) and C(state.json) with every node C(pending), or resumes the run I(run_id) or, when
@@ -39,7 +40,7 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: none
-    details: Only I(step=plan) runs in check mode; the other steps return skipped.
+    details: Only I(step=check) and I(step=plan) run in check mode; the other steps return skipped.
   diff_mode:
     support: none
   idempotent:
@@ -53,7 +54,7 @@ options:
     description: What to do (see the description).
     type: str
     required: true
-    choices: [start, admit, settle, finish, plan, control]
+    choices: [check, start, admit, settle, finish, plan, control]
   nodes:
     description:
       - I(step=start), I(step=plan) - the inventory hostnames of the rollout (also the node names in the scheduler).
@@ -221,6 +222,10 @@ state_file:
   description: I(step=finish) - the path of C(state.json).
   type: str
   returned: step=finish
+policy:
+  description: I(step=check) - the validated policy with the variables' names.
+  type: dict
+  returned: step=check
 plan:
   description: I(step=plan) - the plan (order with position, canary, start_in, end_in, blocked_by; predicted_seconds).
   type: dict
