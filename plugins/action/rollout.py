@@ -376,12 +376,7 @@ class ActionModule(ActionBase):
         plan = _planner.plan(policy, _rollout.plan_nodes(nodes, scheduler, domains), scheduler.view(domains), _ledger.utcnow(),
                              estimates=estimates, converge=bool(args['pin']))
         plan['phase_samples'] = samples
-        lines = ['%3s %-20s %-8s start +%ss end +%ss%s' % (entry['position'] or '-', entry['node'], 'canary' if entry['canary'] else '',
-                                                          entry['start_in'], entry['end_in'],
-                                                          ''.join('; %s: %s' % (block['rule'], block['reason']) for block in entry['blocked_by']))
-                 for entry in plan['order']]
-        lines.append('predicted: %ss for %d node(s), window %d, canary %d (phase times from %d earlier sample(s))'
-                     % (plan['predicted_seconds'], plan['nodes_planned'], plan['window'], plan['canary'], samples))
+        lines = _rollout.plan_lines(plan)
         result.update(changed=False, plan=plan, lines=lines, msg=lines[-1])
 
     def _control(self, args, task_vars, result):

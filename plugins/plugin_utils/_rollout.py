@@ -325,3 +325,18 @@ def plan_nodes(nodes, fleet, domains):
     """The planner's :class:`~._planner.PlanNode` list for ``nodes`` from the scheduler's answer."""
     return [_planner.PlanNode(name=name, gpus=fleet.gpus.get(name, 0), domain=domains.get(name), jobs=tuple(fleet.jobs.get(name, ())))
             for name in nodes]
+
+
+def plan_lines(plan):
+    """The plan for people: one line per node (position, canary, start and end from now, what blocks it now), then the prediction."""
+    lines = []
+    for entry in plan['order']:
+        blocked = ''.join('; %s: %s' % (block['rule'], block['reason']) for block in entry['blocked_by'])
+        if entry['position'] is None:
+            lines.append('  - %-20s not planned%s' % (entry['node'], blocked))
+            continue
+        lines.append('%3d %-20s %-6s start +%ss end +%ss%s' % (entry['position'], entry['node'], 'canary' if entry['canary'] else '',
+                                                             entry['start_in'], entry['end_in'], blocked))
+    lines.append('predicted: %ss for %d node(s), window %d, canary %d (phase times from %d earlier sample(s))'
+                 % (plan['predicted_seconds'], plan['nodes_planned'], plan['window'], plan['canary'], plan.get('phase_samples', 0)))
+    return lines

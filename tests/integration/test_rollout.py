@@ -12,6 +12,7 @@ with short timeouts. Each rollout gets its own gpufleet_run_dir under pytest's t
     run D (window 1): ansible-playbook and its workers killed with SIGKILL while a node is in flight; the re-run resumes
 """
 
+import datetime
 import json
 import os
 import signal
@@ -281,3 +282,79 @@ def test_plan_and_operator_verbs(fleet, tmp_path):
     events, state = ledger(run_dir)
     assert {node: record['state'] for node, record in state['nodes'].items()} == {'gpu-01': 'done', 'gpu-02': 'left_alone'}
     assert state['status'] == 'finished' and [event['node'] for event in admissions(events)] == ['gpu-01']
+
+
+def quarantine_cleanup(fleet, nodes):
+    environment = fleet.vars['gpufleet_slurm_environment']
+    for node in nodes:
+        fleet.fleet('fault', node, 'clear')
+        slurm_sim.scontrol(environment, 'update', 'NodeName=' + node, 'State=RESUME')
+
+
+def test_the_failure_budget_pauses_and_in_flight_nodes_finish(fleet, tmp_path):
+    """gpu-01 fails its validation while gpu-02 is in flight, held by a job until the test sees gpu-01 final: gpu-03 is never
+    admitted, gpu-02 finishes done, the run ends failed with a paused summary naming the budget."""
+    environment = fleet.vars['gpufleet_slurm_environment']
+    run_dir = str(tmp_path / 'runs')
+    fleet.fleet('fault', 'gpu-01', 'diag_fail')
+    # Jobs order gpu-02 and gpu-03 after the idle gpu-01; gpu-02's job holds it in its drain.
+    jobs = {node: slurm_sim.submit_job(environment, node, 300) for node in ('gpu-02', 'gpu-03')}
+    values = dict(SIM_VARS, gpufleet_run_dir=run_dir, gpufleet_hosts='gpu-01,gpu-02,gpu-03', gpufleet_window=2, gpufleet_canary=0,
+                  gpufleet_max_fail_percentage=0, gpufleet_drain_timeout=240)
+    try:
+        for node in jobs:
+            slurm_sim.wait_for(environment, node, lambda state: 'ALLOCATED' in state or 'MIXED' in state, timeout=30)
+        process = subprocess.Popen(['ansible-playbook', '-i', fleet.inventory, ROLLING_RESTART, '-e', json.dumps(values)],
+                                   env=ansible_environment(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            time.sleep(1)
+            try:
+                if ledger(run_dir)[1]['nodes']['gpu-01']['state'] in FINAL:
+                    break
+            except (AssertionError, OSError, ValueError):
+                continue
+        subprocess.run(['scancel', jobs['gpu-02']], env=dict(os.environ, **environment), check=False, capture_output=True)
+        stdout, _stderr = process.communicate(timeout=300)
+        events, state = ledger(run_dir)
+    finally:
+        for job in jobs.values():
+            subprocess.run(['scancel', job], env=dict(os.environ, **environment), check=False, capture_output=True)
+        quarantine_cleanup(fleet, ['gpu-01'])
+    assert process.returncode != 0
+    assert 'rollout paused' in stdout and 'failure budget exceeded' in stdout, stdout[-4000:]
+    assert state['status'] == 'paused' and state['pause']['rule'] == 'budget', state['pause']
+    nodes = {node: record['state'] for node, record in state['nodes'].items()}
+    assert nodes == {'gpu-01': 'quarantined', 'gpu-02': 'done', 'gpu-03': 'pending'}, nodes
+    paused_at = [index for index, event in enumerate(events) if event['node'] is None and event['to'] == 'paused'][0]
+    gpu02_done = [index for index, event in enumerate(events) if event['node'] == 'gpu-02' and event['to'] == 'done'][0]
+    assert paused_at < gpu02_done, 'gpu-02 was not in flight when the rollout paused'
+    assert [event['node'] for event in admissions(events)] == ['gpu-01', 'gpu-02']
+
+
+def test_the_pin_fault_detector_pauses_on_a_failing_canary(fleet, tmp_path):
+    run_dir = str(tmp_path / 'runs')
+    fleet.fleet('fault', 'gpu-04', 'diag_fail')
+    try:
+        process = rollout(fleet, run_dir, gpufleet_hosts='gpu-04,gpu-05,gpu-06', gpufleet_window=2, gpufleet_canary=1,
+                          gpufleet_max_fail_percentage=None)
+        events, state = ledger(run_dir)
+    finally:
+        quarantine_cleanup(fleet, ['gpu-04'])
+    assert process.returncode != 0 and 'roll back the pin' in process.stdout, failures(process)
+    assert state['status'] == 'paused' and state['pause']['rule'] == 'pin_suspect', state['pause']
+    assert 'dcgm_diag_r1' in state['pause']['reason']
+    assert [event['node'] for event in admissions(events)] == ['gpu-04']
+    assert state['nodes']['gpu-05']['state'] == state['nodes']['gpu-06']['state'] == 'pending'
+
+
+def test_nothing_is_admitted_outside_the_maintenance_window(fleet, tmp_path):
+    run_dir = str(tmp_path / 'runs')
+    later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=3)).strftime('%a').lower()
+    process = rollout(fleet, run_dir, gpufleet_hosts='gpu-01,gpu-02', gpufleet_window=2, gpufleet_canary=0, gpufleet_admit_timeout=3,
+                      gpufleet_maintenance_window={'days': [later], 'start': '00:00', 'end': '01:00', 'timezone': 'UTC'})
+    assert process.returncode == 0, failures(process)
+    events, state = ledger(run_dir)
+    assert admissions(events) == [] and state['status'] == 'running'
+    assert {record['state'] for record in state['nodes'].values()} == {'pending'}
+    assert 'outside the maintenance window' in process.stdout

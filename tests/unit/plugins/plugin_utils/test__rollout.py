@@ -167,10 +167,11 @@ def test_rollout_view_takes_signatures_from_the_results(tmp_path):
     state = ledger_state(tmp_path, {'n1': failed, 'n2': failed})
     result = {'state': 'quarantined', 'phase': 'rollback_validate', 'validation': [
         {'name': 'dcgm_diag_r1', 'passed': False, 'message': 'GPU 3 failed the software test on n1'}]}
-    results = {'n1': result, 'n2': dict(result, validation=[{'name': 'dcgm_diag_r1', 'passed': False,
-                                                                'message': 'GPU 5 failed the software test on n2'}])}
+    other = [{'name': 'dcgm_diag_r1', 'passed': False, 'message': 'GPU 5 failed the software test on n2'}]
+    results = {'n1': result, 'n2': dict(result, validation=other)}
     view = _rollout.rollout_view(state, results)
-    assert view.nodes['n1'].signature == view.nodes['n2'].signature is not None
+    assert view.nodes['n1'].signature is not None
+    assert view.nodes['n1'].signature == view.nodes['n2'].signature
     policy = load_policy({'gpufleet_window': 2, 'gpufleet_canary': 0, 'gpufleet_max_fail_percentage': None,
                           'gpufleet_circuit_breaker_threshold': None})
     decision = _gate.admit(policy, view, _gate.SchedulerView(), 'n3', NOW)
@@ -259,3 +260,14 @@ def test_open_backend_file(tmp_path):
 def test_open_backend_refuses(spec, field):
     with pytest.raises(_ledger.LedgerError, match='^' + field.replace('.', r'\.')):
         _ledger.open_backend(spec)
+
+
+def test_plan_lines():
+    policy = load_policy({'gpufleet_window': 2, 'gpufleet_canary': 1})
+    nodes = [_rollout._planner.PlanNode(name=name, gpus=8) for name in ('n1', 'n2', 'n3')]
+    plan = _rollout._planner.plan(policy, nodes, _gate.SchedulerView(total_gpus=24, unavailable={'n3': 8}), NOW)
+    lines = _rollout.plan_lines(plan)
+    assert lines[0].split()[:3] == ['1', 'n1', 'canary'] and 'start +0s' in lines[0]
+    assert 'canary: the window opens after 1 canary node(s) pass' in lines[1]
+    assert lines[2].startswith('  - n3') and 'not planned; cordoned_by_others' in lines[2]
+    assert lines[-1].startswith('predicted: %ss for 2 node(s), window 2, canary 1' % plan['predicted_seconds'])
