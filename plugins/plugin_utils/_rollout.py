@@ -335,8 +335,8 @@ def plan_lines(plan):
         if entry['position'] is None:
             lines.append('  - %-20s not planned%s' % (entry['node'], blocked))
             continue
-        lines.append('%3d %-20s %-6s start +%ss end +%ss%s' % (entry['position'], entry['node'], 'canary' if entry['canary'] else '',
-                                                             entry['start_in'], entry['end_in'], blocked))
+        mark = 'canary' if entry['canary'] else ''
+        lines.append('%3d %-20s %-6s start +%ss end +%ss%s' % (entry['position'], entry['node'], mark, entry['start_in'], entry['end_in'], blocked))
     lines.append('predicted: %ss for %d node(s), window %d, canary %d (phase times from %d earlier sample(s))'
                  % (plan['predicted_seconds'], plan['nodes_planned'], plan['window'], plan['canary'], plan.get('phase_samples', 0)))
     return lines
