@@ -288,7 +288,8 @@ def quarantine_cleanup(fleet, nodes):
     environment = fleet.vars['gpufleet_slurm_environment']
     for node in nodes:
         fleet.fleet('fault', node, 'clear')
-        slurm_sim.scontrol(environment, 'update', 'NodeName=' + node, 'State=RESUME')
+        if 'DRAIN' in slurm_state(fleet, node)['State']:
+            slurm_sim.scontrol(environment, 'update', 'NodeName=' + node, 'State=RESUME')
 
 
 def test_the_failure_budget_pauses_and_in_flight_nodes_finish(fleet, tmp_path):
@@ -339,13 +340,29 @@ def test_the_pin_fault_detector_pauses_on_a_failing_canary(fleet, tmp_path):
         process = rollout(fleet, run_dir, gpufleet_hosts='gpu-04,gpu-05,gpu-06', gpufleet_window=2, gpufleet_canary=1,
                           gpufleet_max_fail_percentage=None)
         events, state = ledger(run_dir)
+        assert process.returncode != 0 and 'roll back the pin' in process.stdout, failures(process)
+        assert state['status'] == 'paused' and state['pause']['rule'] == 'pin_suspect', state['pause']
+        assert 'dcgm_diag_r1' in state['pause']['reason']
+        assert [event['node'] for event in admissions(events)] == ['gpu-04']
+        assert state['nodes']['gpu-05']['state'] == state['nodes']['gpu-06']['state'] == 'pending'
+        assert state['nodes']['gpu-04']['state'] == 'quarantined' and 'DRAIN' in slurm_state(fleet, 'gpu-04')['State']
+
+        # Release re-validates first: still failing, the node stays quarantined and cordoned; fixed, it is done and in service.
+        release = dict(SIM_VARS, gpufleet_run_dir=run_dir, gpufleet_verb='release', gpufleet_nodes='gpu-04')
+        refused = run(fleet, CONTROL, None, release)
+        assert refused.returncode == 0, failures(refused)
+        assert ledger(run_dir)[1]['nodes']['gpu-04']['state'] == 'quarantined'
+        assert 'DRAIN' in slurm_state(fleet, 'gpu-04')['State']
+        fleet.fleet('fault', 'gpu-04', 'clear')
+        released = run(fleet, CONTROL, None, release)
+        assert released.returncode == 0, failures(released)
+        events, state = ledger(run_dir)
+        assert state['nodes']['gpu-04']['state'] == 'done', state['nodes']['gpu-04']
+        moves = [(event['from'], event['to']) for event in events if event['node'] == 'gpu-04'][-4:]
+        assert moves == [('quarantined', 'validating'), ('validating', 'quarantined'), ('quarantined', 'validating'), ('validating', 'done')]
+        assert 'DRAIN' not in slurm_state(fleet, 'gpu-04')['State']
     finally:
         quarantine_cleanup(fleet, ['gpu-04'])
-    assert process.returncode != 0 and 'roll back the pin' in process.stdout, failures(process)
-    assert state['status'] == 'paused' and state['pause']['rule'] == 'pin_suspect', state['pause']
-    assert 'dcgm_diag_r1' in state['pause']['reason']
-    assert [event['node'] for event in admissions(events)] == ['gpu-04']
-    assert state['nodes']['gpu-05']['state'] == state['nodes']['gpu-06']['state'] == 'pending'
 
 
 def test_nothing_is_admitted_outside_the_maintenance_window(fleet, tmp_path):
