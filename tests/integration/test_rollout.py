@@ -293,12 +293,12 @@ def quarantine_cleanup(fleet, nodes):
 
 
 def test_the_failure_budget_pauses_and_in_flight_nodes_finish(fleet, tmp_path):
-    """gpu-01 fails its validation while gpu-02 is in flight, held by a job until the test sees gpu-01 final: gpu-03 is never
-    admitted, gpu-02 finishes done, the run ends failed with a paused summary naming the budget."""
+    """gpu-01 fails its validation while a second node is in flight, held by a job until the test sees gpu-01 final: the third
+    is never admitted, the second finishes done, the run ends failed with a paused summary naming the budget."""
     environment = fleet.vars['gpufleet_slurm_environment']
     run_dir = str(tmp_path / 'runs')
     fleet.fleet('fault', 'gpu-01', 'diag_fail')
-    # Jobs order gpu-02 and gpu-03 after the idle gpu-01; gpu-02's job holds it in its drain.
+    # Jobs order gpu-02 and gpu-03 after the idle gpu-01; the job of the one admitted holds it in its drain.
     jobs = {node: slurm_sim.submit_job(environment, node, 300) for node in ('gpu-02', 'gpu-03')}
     values = dict(SIM_VARS, gpufleet_run_dir=run_dir, gpufleet_hosts='gpu-01,gpu-02,gpu-03', gpufleet_window=2, gpufleet_canary=0,
                   gpufleet_max_fail_percentage=0, gpufleet_drain_timeout=240)
@@ -315,7 +315,9 @@ def test_the_failure_budget_pauses_and_in_flight_nodes_finish(fleet, tmp_path):
                     break
             except (AssertionError, OSError, ValueError):
                 continue
-        subprocess.run(['scancel', jobs['gpu-02']], env=dict(os.environ, **environment), check=False, capture_output=True)
+        # Both jobs declare the same end: the plan orders gpu-02 and gpu-03 either way; the one admitted second is held.
+        held = admissions(ledger(run_dir)[0])[1]['node']
+        subprocess.run(['scancel', jobs[held]], env=dict(os.environ, **environment), check=False, capture_output=True)
         stdout, _stderr = process.communicate(timeout=300)
         events, state = ledger(run_dir)
     finally:
@@ -325,12 +327,13 @@ def test_the_failure_budget_pauses_and_in_flight_nodes_finish(fleet, tmp_path):
     assert process.returncode != 0
     assert 'rollout paused' in stdout and 'failure budget exceeded' in stdout, stdout[-4000:]
     assert state['status'] == 'paused' and state['pause']['rule'] == 'budget', state['pause']
+    waiting = ({'gpu-02', 'gpu-03'} - {held}).pop()
     nodes = {node: record['state'] for node, record in state['nodes'].items()}
-    assert nodes == {'gpu-01': 'quarantined', 'gpu-02': 'done', 'gpu-03': 'pending'}, nodes
+    assert nodes == {'gpu-01': 'quarantined', held: 'done', waiting: 'pending'}, nodes
     paused_at = [index for index, event in enumerate(events) if event['node'] is None and event['to'] == 'paused'][0]
-    gpu02_done = [index for index, event in enumerate(events) if event['node'] == 'gpu-02' and event['to'] == 'done'][0]
-    assert paused_at < gpu02_done, 'gpu-02 was not in flight when the rollout paused'
-    assert [event['node'] for event in admissions(events)] == ['gpu-01', 'gpu-02']
+    held_done = [index for index, event in enumerate(events) if event['node'] == held and event['to'] == 'done'][0]
+    assert paused_at < held_done, '%s was not in flight when the rollout paused' % held
+    assert [event['node'] for event in admissions(events)] == ['gpu-01', held]
 
 
 def test_the_pin_fault_detector_pauses_on_a_failing_canary(fleet, tmp_path):
