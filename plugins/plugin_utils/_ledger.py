@@ -684,3 +684,26 @@ def phase_times(events):
             if state in IN_FLIGHT and end >= start:
                 times.setdefault(state, []).append(end - start)
     return times
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Backends by specification.
+
+BACKENDS = ('file',)
+
+
+def open_backend(spec):
+    """The :class:`Backend` of a ledger specification: ``{backend: file, run_dir: <folder>}`` (``backend`` defaults to file).
+
+    ``spec`` is what the rollout gate hands to each host as ``gpufleet_ledger`` (it also carries ``run_id``, ignored here).
+    Raises :class:`LedgerError` naming the field for anything else.
+    """
+    if not isinstance(spec, dict):
+        raise LedgerError('gpufleet_ledger: must be a mapping {backend, run_dir, run_id}, got %r' % (spec,))
+    kind = spec.get('backend') or 'file'
+    if kind == 'file':
+        run_dir = spec.get('run_dir')
+        if not isinstance(run_dir, str) or not run_dir:
+            raise LedgerError('gpufleet_ledger.run_dir: must be a folder path for the file backend, got %r' % (run_dir,))
+        return FileBackend(run_dir)
+    raise LedgerError('gpufleet_ledger.backend: %r is not a ledger backend (%s)' % (kind, ', '.join(BACKENDS)))

@@ -1,0 +1,446 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller side of gpufleet.lifecycle.rollout, the rollout gate (documentation in plugins/modules/rollout.py).
+
+I/O only: the scheduler's commands, the ledger's files, sleeping at the gate, the escalation hook. Every decision is in
+plugin_utils (_policy, _gate, _ledger, _planner, _rollout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+from ansible.module_utils.common.text.converters import to_native
+from ansible.module_utils.urls import open_url
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
+
+STEPS = ('check', 'start', 'admit', 'settle', 'finish', 'plan', 'control')
+VERBS = ('pause', 'resume', 'skip', 'retry', 'release', 'released', 'reset_breaker')
+ARGUMENT_SPEC = dict(
+    step=dict(type='str', required=True, choices=list(STEPS)),
+    nodes=dict(type='list', elements='str', default=[]),
+    run_dir=dict(type='path'),
+    run_id=dict(type='str', default=''),
+    ledger=dict(type='dict', default={}),
+    fleet=dict(type='str', default=''),
+    pin=dict(type='dict', default={}),
+    policy=dict(type='dict'),
+    scheduler=dict(type='str', default='none', choices=list(_rollout.SCHEDULERS)),
+    slurm_environment=dict(type='dict', default={}),
+    kubeconfig=dict(type='str', default=''),
+    results_dir=dict(type='path', default=''),
+    order=dict(type='list', elements='str', default=[]),
+    poll=dict(type='float', default=5.0),
+    admit_timeout=dict(type='float', default=0.0),
+    result=dict(type='dict', default={}),
+    verb=dict(type='str', choices=list(VERBS)),
+    passed=dict(type='bool', default=False),
+    reason=dict(type='str', default=''),
+    history=dict(type='int', default=20),
+)
+COMMAND_TIMEOUT = 60
+# A host counts as waiting at the gate while it polled within this many poll intervals.
+WAITING_POLLS = 3
+
+
+class GateError(Exception):
+    """A failure of the gate that ends the task with this message."""
+
+
+def _environment(extra):
+    environment = dict(os.environ)
+    environment.update({str(key): str(value) for key, value in (extra or {}).items()})
+    environment.update(LC_ALL='C', LANG='C')
+    return environment
+
+
+def _run(argv, environment):
+    try:
+        process = subprocess.run(argv, env=environment, capture_output=True, text=True, check=False, timeout=COMMAND_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GateError('%s: %s' % (' '.join(argv), exc)) from None
+    if process.returncode != 0:
+        raise GateError('%s exited %d: %s' % (' '.join(argv), process.returncode, _slurm.escape_controls(process.stderr.strip())[:500]))
+    return process.stdout
+
+
+class ActionModule(ActionBase):
+    """The rollout gate: start a run, admit a node, settle it, finish the run, plan, operator verbs."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    # ---------------------------------------------------------------------------------------------- helpers
+    def _var(self, task_vars, name, default=None):
+        if name not in task_vars:
+            return default
+        return self._templar.template(task_vars[name])
+
+    def _policy_vars(self, args, task_vars):
+        if args['policy'] is not None:
+            return dict(args['policy'])
+        return {name: self._var(task_vars, name) for name in _policy.VARIABLES if name in task_vars}
+
+    def _hostvar(self, task_vars, node, name):
+        hostvars = task_vars.get('hostvars') or {}
+        try:
+            return self._templar.template(hostvars[node].get(name)) if node in hostvars else None
+        except Exception:  # pylint: disable=broad-except
+            return None
+
+    def _domains(self, task_vars, policy, nodes):
+        return _policy.node_domains({node: {policy.domain_var: self._hostvar(task_vars, node, policy.domain_var)} if policy.domain_var else {}
+                                     for node in nodes}, policy.domain_var)
+
+    def _read_fleet(self, args, task_vars, nodes, jobs=False):
+        """The scheduler's answer now (:class:`_rollout.Fleet`), read on the controller."""
+        scheduler = args['scheduler']
+        if scheduler == 'slurm':
+            environment = _environment(args['slurm_environment'])
+            fleet = _rollout.slurm_view(_run(['scontrol', 'show', 'node', '-o'], environment))
+            if jobs:
+                fleet.jobs = _rollout.slurm_jobs(_run(['squeue', '--noheader', '--states=RUNNING', '--format=%i|%N|%e|%k'], environment))
+            return fleet
+        if scheduler in ('kubernetes', 'runai'):
+            try:
+                from kubernetes import client as kube_client  # pylint: disable=import-outside-toplevel
+                from kubernetes import config as kube_config  # pylint: disable=import-outside-toplevel
+            except ImportError:
+                raise GateError('the kubernetes Python library is needed to read the nodes (pip install kubernetes)') from None
+            try:
+                api = kube_config.new_client_from_config(config_file=args['kubeconfig'] or None)
+                listing = kube_client.CoreV1Api(api).list_node()
+                return _rollout.kube_view(api.sanitize_for_serialization(listing))
+            except Exception as exc:  # pylint: disable=broad-except
+                raise GateError('reading the Kubernetes nodes: %s' % to_native(exc)) from None
+        return _rollout.static_view({node: self._hostvar(task_vars, node, 'gpufleet_gpus') for node in nodes})
+
+    def _fleet_or_empty(self, args, task_vars, nodes, result, jobs=False):
+        try:
+            return self._read_fleet(args, task_vars, nodes, jobs=jobs)
+        except (GateError, _rollout.RolloutError, _slurm.SlurmParseError) as exc:
+            result.setdefault('warnings', []).append('the scheduler could not be read (%s); a capacity floor waits until it can' % exc)
+            return _rollout.Fleet({}, ())
+
+    @staticmethod
+    def _backend(spec):
+        return _ledger.open_backend(spec)
+
+    def _ledger(self, spec):
+        if not spec.get('run_id'):
+            raise GateError('ledger: run_id is missing (the start step returns the ledger to use)')
+        return _ledger.RunLedger.open(self._backend(spec), spec['run_id'])
+
+    @staticmethod
+    def _results_dir(args, spec):
+        return args['results_dir'] or os.path.join(spec['run_dir'], spec['run_id'], 'results')
+
+    @staticmethod
+    def _waiting(backend, run_id, node, present, ttl):
+        """Register (or remove) ``node`` as waiting at the gate; the nodes waiting now. Call under the run lock."""
+        path = os.path.join(backend.path(run_id), 'waiting.json')
+        now = time.time()
+        try:
+            with open(path, encoding='utf-8') as handle:
+                data = json.load(handle)
+        except (OSError, ValueError):
+            data = {}
+        data = {name: seen for name, seen in data.items() if isinstance(seen, (int, float)) and now - seen <= ttl}
+        if present:
+            data[node] = now
+        else:
+            data.pop(node, None)
+        _ledger.write_atomic(path, json.dumps(data, sort_keys=True).encode('utf-8'))
+        return set(data)
+
+    def _escalate(self, escalation, payload, result):
+        """Call the escalation hook: a command (the payload as JSON on its standard input) or a URL (POSTed)."""
+        if not escalation:
+            return
+        body = json.dumps(payload, sort_keys=True)
+        try:
+            if isinstance(escalation, tuple):
+                process = subprocess.run(list(escalation), input=body, capture_output=True, text=True, check=False, timeout=COMMAND_TIMEOUT)
+                if process.returncode != 0:
+                    raise GateError('exited %d: %s' % (process.returncode, process.stderr.strip()[:300]))
+            else:
+                open_url(escalation, data=body, method='POST', headers={'Content-Type': 'application/json'}, timeout=COMMAND_TIMEOUT)
+            result['escalated'] = True
+        except Exception as exc:  # pylint: disable=broad-except
+            result.setdefault('warnings', []).append('gpufleet_escalation failed: %s' % to_native(exc))
+
+    # ---------------------------------------------------------------------------------------------- steps
+    def _check(self, args, task_vars, result):
+        """The policy validated (and every node's domain variable), nothing else: a bad value fails before any node is read."""
+        policy = _policy.load_policy(self._policy_vars(args, task_vars))
+        self._domains(task_vars, policy, list(dict.fromkeys(args['nodes'])))
+        result.update(changed=False, policy=policy.to_dict(), msg='policy: %s' % json.dumps(policy.to_dict(), sort_keys=True))
+
+    def _start(self, args, task_vars, result):
+        nodes = list(dict.fromkeys(args['nodes']))
+        if not nodes:
+            raise GateError('nodes: the rollout has no nodes (check gpufleet_hosts)')
+        policy = _policy.load_policy(self._policy_vars(args, task_vars))
+        domains = self._domains(task_vars, policy, nodes)
+        if not args['run_dir']:
+            raise GateError('run_dir: gpufleet_run_dir must be a folder on the controller')
+        spec = {'backend': 'file', 'run_dir': args['run_dir']}
+        backend = self._backend(spec)
+        inventory = _rollout.inventory_id(task_vars.get('ansible_inventory_sources') or [])
+        fleet = args['fleet'] or _rollout.fleet_name(inventory)
+        if args['run_id']:
+            _ledger.check_run_id(args['run_id'])
+        run_id, resume = _rollout.choose_run(args['run_id'], backend.run_ids(),
+                                             None if args['run_id'] else _ledger.last_unfinished(backend, inventory))
+        run_id = run_id or _ledger.new_run_id()
+        stale = backend.acquire(fleet, _ledger.holder_identity(run_id, pid=os.getppid()))
+        if stale:
+            result.setdefault('warnings', []).append('took over the fleet lock of run %s (host %s, pid %s is gone)'
+                                                     % (stale.get('run_id'), stale.get('host'), stale.get('pid')))
+        try:
+            scheduler = self._fleet_or_empty(args, task_vars, nodes, result, jobs=True)
+            infos = {node: {'domain': domains[node], 'gpus': scheduler.gpus.get(node, 0)} for node in nodes}
+            if resume:
+                ledger = _ledger.RunLedger.open(backend, run_id)
+                state = ledger.state
+                if state.get('inventory') not in (None, inventory):
+                    result.setdefault('warnings', []).append('run %s was started from inventory %s' % (run_id, state.get('inventory')))
+                ledger.add_nodes({node: info for node, info in infos.items() if node not in state['nodes']})
+                if (state.get('pause') or {}).get('by') != 'operator' and state['status'] != 'running' \
+                        and any(record['state'] not in _gate.FINAL for record in state['nodes'].values()):
+                    ledger.set_status('running', 'resumed')
+                if _policy.load_policy(state['policy']) != policy:
+                    result.setdefault('warnings', []).append('run %s keeps the policy it started with (state.json policy); '
+                                                             'start a new run to change it' % run_id)
+                policy = _policy.load_policy(state['policy'])
+            else:
+                ledger = _ledger.RunLedger.create(backend, run_id, inventory=inventory, policy=policy.to_dict(), pin=args['pin'], nodes=infos)
+            state = ledger.state
+        except BaseException:
+            backend.release(fleet, run_id)
+            raise
+        all_nodes = list(state['nodes'])
+        plan_domains = {name: record.get('domain') for name, record in state['nodes'].items()}
+        ordered = [item[0].name for item in _planner.order(_rollout.plan_nodes(all_nodes, scheduler, plan_domains), scheduler.unavailable)]
+        hosts = [name for name in ordered if state['nodes'][name]['state'] not in _gate.FINAL]
+        window = policy.window_size(len(all_nodes))
+        forks = self._var(task_vars, 'ansible_forks')
+        if isinstance(forks, int) and forks < window + 1:
+            result.setdefault('warnings', []).append('forks is %d: host_pinned runs at most that many hosts; the window is %d, '
+                                                     'set forks to at least %d' % (forks, window, window + 1))
+        ledger_spec = dict(spec, run_id=run_id)
+        result.update(changed=not resume, run_id=run_id, resumed=resume, fleet=fleet, order=ordered, hosts=hosts,
+                      window=window, ledger_dir=backend.path(run_id), msg='%s run %s: %d node(s), %d to go, window %d'
+                      % ('resumed' if resume else 'started', run_id, len(all_nodes), len(hosts), window))
+        result['ansible_facts'] = {'gpufleet_rollout': {
+            'run_id': run_id, 'run_dir': backend.run_dir, 'fleet': fleet, 'ledger': ledger_spec, 'order': ordered, 'hosts': hosts,
+            'resumed': resume, 'window': window, 'results_dir': args['results_dir'] or os.path.join(backend.path(run_id), 'results'),
+            'policy': policy.to_dict()}}
+
+    def _admit(self, args, task_vars, result):
+        node = task_vars.get('inventory_hostname')
+        spec = args['ledger']
+        ledger = self._ledger(spec)
+        backend = ledger.backend
+        results_dir = self._results_dir(args, spec)
+        poll = max(0.2, args['poll'])
+        ttl = poll * WAITING_POLLS + 2
+        started = time.time()
+        domains = {}
+        hostvars = task_vars.get('hostvars') or {}
+        parent = os.getppid()
+        while True:
+            if os.getppid() != parent:
+                # ansible-playbook is gone (killed): an orphaned worker must not admit anyone.
+                raise GateError('ansible-playbook (pid %d) is gone; %s stays pending' % (parent, node))
+            state = ledger.refresh()
+            policy = _policy.load_policy(state['policy'])
+            if policy.domain_var and not domains:
+                domains = {name: self._hostvar(task_vars, name, policy.domain_var) for name in hostvars}
+            scheduler = self._fleet_or_empty(args, task_vars, list(state['nodes']), result).view(domains)
+            now = _ledger.utcnow()
+            pause_set = None
+            with ledger.locked() as state:
+                rollout = _rollout.rollout_view(state, _rollout.node_results(results_dir, state['nodes']))
+                decision = _gate.admit(policy, rollout, scheduler, node, now)
+                if decision.action == _gate.ADMIT and decision.rule != 'resume':
+                    waiting = self._waiting(backend, ledger.run_id, node, True, ttl)
+                    ahead = _rollout.first_in_line(policy, rollout, scheduler, node, args['order'], waiting - {node}, now)
+                    if ahead:
+                        decision = _gate.Decision(_gate.WAIT, 'order', '%s is ahead of %s in the plan and may go now' % (ahead, node))
+                if decision.action == _gate.ADMIT:
+                    details = {'canary': True} if decision.canary else None
+                    ledger.transition(node, 'admitted', decision.reason, details=details, resume=decision.rule == 'resume')
+                    self._waiting(backend, ledger.run_id, node, False, ttl)
+                elif decision.action in (_gate.SKIP, _gate.PAUSE):
+                    self._waiting(backend, ledger.run_id, node, False, ttl)
+                    if decision.action == _gate.PAUSE and state['status'] != 'paused':
+                        ledger.set_status('paused', decision.reason, details={'rule': decision.rule, 'by': 'gate'})
+                        pause_set = state
+                else:
+                    self._waiting(backend, ledger.run_id, node, True, ttl)
+            if pause_set is not None:
+                self._escalate(policy.escalation, _rollout.escalation_payload(ledger.run_id, decision.to_dict(), pause_set), result)
+            waited = round(time.time() - started, 1)
+            if decision.action != _gate.WAIT:
+                break
+            if args['admit_timeout'] and waited >= args['admit_timeout']:
+                decision = _gate.Decision('pending', decision.rule, 'waited %ss at the gate (admit_timeout): %s' % (waited, decision.reason))
+                break
+            pause = poll
+            if decision.until is not None:
+                pause = max(0.2, min(poll, decision.until.timestamp() - time.time()))
+            time.sleep(pause)
+        verdict = decision.action
+        result.update(changed=verdict == _gate.ADMIT, verdict=verdict, admitted=verdict == _gate.ADMIT, rule=decision.rule,
+                      reason=decision.reason, canary=decision.canary, waited=waited, msg='%s: %s (%s): %s' % (node, verdict, decision.rule, decision.reason))
+        if verdict == _gate.ADMIT:
+            result['ansible_facts'] = {'gpufleet_ledger': dict(spec, results_dir=results_dir)}
+
+    def _settle(self, args, task_vars, result):
+        """After the role: the node's final state in the ledger (a safety net: upgrade_phase records it when the role has a ledger)."""
+        node = task_vars.get('inventory_hostname')
+        ledger = self._ledger(args['ledger'])
+        target = (args['result'] or {}).get('state')
+        recorded = []
+        with ledger.locked() as state:
+            if node not in state['nodes']:
+                raise GateError('%s is not a node of run %s' % (node, ledger.run_id))
+            current = state['nodes'][node]['state']
+            if current not in _gate.FINAL:
+                if target not in _gate.FINAL:
+                    target = 'quarantined'
+                    reason = 'no result from node_upgrade; the node may be cordoned'
+                else:
+                    reason = (args['result'] or {}).get('reason') or ''
+                for step in _rollout.walk(current, target):
+                    ledger.transition(node, step, reason if step == target else 'recorded by the gate after node_upgrade')
+                    recorded.append(step)
+            final = state['nodes'][node]['state']
+        result.update(changed=bool(recorded), recorded=recorded, state=final, msg='%s: %s' % (node, final))
+
+    def _finish(self, args, task_vars, result):
+        spec = args['ledger']
+        ledger = self._ledger(spec)
+        policy = _policy.load_policy(ledger.state['policy'])
+        results_dir = self._results_dir(args, spec)
+        pause_set = None
+        with ledger.locked() as state:
+            rollout = _rollout.rollout_view(state, _rollout.node_results(results_dir, state['nodes']))
+            decision = _gate.pause_decision(policy, rollout, _ledger.utcnow())
+            if decision is not None and state['status'] != 'paused':
+                ledger.set_status('paused', decision.reason, details={'rule': decision.rule, 'by': 'gate'})
+                pause_set = decision
+            elif decision is None and state['status'] == 'running' and all(record['state'] in _gate.FINAL for record in state['nodes'].values()):
+                counts = _rollout.summary(state)['counts']
+                ledger.set_status('finished', 'every node is final: %s' % ', '.join('%d %s' % (counts[name], name) for name in sorted(counts)))
+            report = _rollout.summary(state)
+        if pause_set is not None:
+            self._escalate(policy.escalation, _rollout.escalation_payload(ledger.run_id, pause_set.to_dict(), ledger.state), result)
+        if args['fleet']:
+            ledger.backend.release(args['fleet'], ledger.run_id)
+        report.update(ledger_file=ledger.backend.path(ledger.run_id, _ledger.LEDGER), state_file=ledger.backend.path(ledger.run_id, _ledger.STATE),
+                      results_dir=results_dir)
+        result.update(report, changed=False, msg='%s; ledger %s, state %s' % (report['message'], report['ledger_file'], report['state_file']))
+        if report['status'] == 'paused':
+            result['failed'] = True
+            result['msg'] = 'rollout paused: %s' % result['msg']
+
+    def _plan(self, args, task_vars, result):
+        nodes = list(dict.fromkeys(args['nodes']))
+        policy = _policy.load_policy(self._policy_vars(args, task_vars))
+        domains = self._domains(task_vars, policy, nodes)
+        scheduler = self._fleet_or_empty(args, task_vars, nodes, result, jobs=True)
+        histories = []
+        if args['run_dir'] and os.path.isdir(args['run_dir']):
+            backend = self._backend({'backend': 'file', 'run_dir': args['run_dir']})
+            for run_id in backend.run_ids()[-max(0, args['history']):] if args['history'] else []:
+                try:
+                    events, _offset = backend.read_events(run_id, 0)
+                except _ledger.LedgerError as exc:
+                    result.setdefault('warnings', []).append(to_native(exc))
+                    continue
+                histories.append(_ledger.phase_times(events))
+        estimates, samples = _planner.phase_estimates(histories)
+        plan = _planner.plan(policy, _rollout.plan_nodes(nodes, scheduler, domains), scheduler.view(domains), _ledger.utcnow(),
+                             estimates=estimates, converge=bool(args['pin']))
+        plan['phase_samples'] = samples
+        lines = _rollout.plan_lines(plan)
+        result.update(changed=False, plan=plan, lines=lines, msg=lines[-1])
+
+    def _control(self, args, task_vars, result):
+        verb = args['verb']
+        if not verb:
+            raise GateError('verb: one of %s is required' % ', '.join(VERBS))
+        if not args['run_dir']:
+            raise GateError('run_dir: gpufleet_run_dir must be the folder of the ledgers')
+        backend = self._backend({'backend': 'file', 'run_dir': args['run_dir']})
+        run_id = args['run_id']
+        if not run_id:
+            inventory = _rollout.inventory_id(task_vars.get('ansible_inventory_sources') or [])
+            run_id = _ledger.last_unfinished(backend, inventory)
+            if not run_id:
+                raise GateError('run_id: no unfinished run of inventory %s in %s; give gpufleet_run_id' % (inventory, backend.run_dir))
+        ledger = _ledger.RunLedger.open(backend, run_id)
+        reason = args['reason'] or 'by an operator'
+        nodes = list(dict.fromkeys(args['nodes']))
+        if verb in ('skip', 'retry', 'release', 'released') and not nodes:
+            raise GateError('nodes: %s needs the nodes (gpufleet_nodes)' % verb)
+        done = []
+        with ledger.locked() as state:
+            for node in nodes:
+                if node not in state['nodes']:
+                    raise GateError('%s is not a node of run %s' % (node, run_id))
+            if verb == 'pause':
+                ledger.set_status('paused', reason, details={'rule': 'operator', 'by': 'operator'})
+            elif verb == 'resume':
+                ledger.set_status('running', reason)
+            elif verb == 'reset_breaker':
+                ledger.reset_breaker(reason)
+            for node in nodes:
+                if verb == 'skip':
+                    ledger.transition(node, 'left_alone', 'skipped: %s' % reason)
+                elif verb == 'retry':
+                    ledger.transition(node, _gate.PENDING, 'retry: %s' % reason, operator=True)
+                elif verb == 'release':
+                    if state['nodes'][node]['state'] != 'quarantined':
+                        raise GateError('%s is %s, not quarantined: only a quarantined node is released' % (node, state['nodes'][node]['state']))
+                    ledger.transition(node, 'validating', 'release: re-validating: %s' % reason, operator=True)
+                elif verb == 'released':
+                    to = 'done' if args['passed'] else 'quarantined'
+                    ledger.transition(node, to, 'released: validation passed' if args['passed'] else 'release refused: the validation failed')
+                done.append(node)
+            report = _rollout.summary(state)
+        result.update(report, changed=True, verb=verb, nodes=done, msg='%s %s: %s' % (verb, ', '.join(done) or 'run ' + run_id, report['message']))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        del dummy
+        host = task_vars.get('inventory_hostname', '?')
+        step = args['step']
+        if self._task.check_mode and step not in ('check', 'plan'):
+            result.update(changed=False, skipped=True, msg='%s: the rollout gate does not run in check mode (use plan.yml)' % host)
+            return result
+        try:
+            getattr(self, '_' + step)(args, task_vars, result)
+        except _policy.PolicyError as exc:
+            result.update(failed=True, msg='%s: policy: %s' % (host, to_native(exc)))
+        except _ledger.LockHeld as exc:
+            result.update(failed=True, msg='%s: a second rollout is refused: %s' % (host, to_native(exc)), holder=exc.holder)
+        except (GateError, _ledger.LedgerError, _rollout.RolloutError, _slurm.SlurmParseError, OSError) as exc:
+            result.update(failed=True, msg='%s: rollout %s: %s' % (host, step, to_native(exc)))
+        return result

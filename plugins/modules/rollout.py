@@ -1,0 +1,238 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: rollout
+short_description: The rollout gate - start a run, admit each node under the policy, record it, finish, plan, operator verbs
+version_added: 0.3.0
+description:
+  - The controller side of window mode (C(gpufleet_window)) of the C(rolling_restart), C(converge) and C(rollback) playbooks,
+    and of C(plan.yml) and C(rollout_control.yml). Every decision is pure Python in the collection's C(plugin_utils)
+    (C(_policy), C(_gate), C(_ledger), C(_planner), C(_rollout)); docs/rollout-policy.md describes the rules.
+  - "I(step=check) - validates the policy variables (and each node's I(gpufleet_domain_var)) only."
+  - "I(step=start) (on localhost): validates the C(gpufleet_*) policy variables (a bad value fails naming the variable,
+    before any node is touched), takes the fleet lock (a second rollout is refused naming the run that holds it), creates
+    C(<run_dir>/<run_id>/ledger.jsonl) and C(state.json) with every node C(pending), or resumes the run I(run_id) or, when
+    I(run_id) is empty, the last unfinished run of this inventory; returns the fact C(gpufleet_rollout) with the nodes still
+    to go in the plan's order (idle nodes first, domains interleaved, checkpoint-aware)."
+  - "I(step=admit) (per node, the first task of the window play): blocks, polling the ledger under its lock every I(poll)
+    seconds, until the gate admits the node (maintenance window, canary, window, failure domain, capacity floor read from the
+    scheduler now, and the order of the plan among the nodes waiting) and records C(admitted); returns the fact
+    C(gpufleet_ledger) for M(gpufleet.lifecycle.node_upgrade). A node already final is skipped, a node caught in flight by a
+    crash is admitted again (resume). A pause (operator, circuit breaker, pin suspect, failed canary, failure budget) ends the
+    wait with I(verdict=pause) and marks the run paused (once, calling C(gpufleet_escalation))."
+  - "I(step=settle) (per node, after the role): makes sure the ledger holds the node's final state from I(result)
+    (C(node_upgrade_result)); a no-op when the role recorded it."
+  - "I(step=finish) (on localhost): the run's summary; C(finished) when every node is final, C(paused) (and the task fails
+    with the reason) when a pause rule holds; releases the fleet lock I(fleet)."
+  - "I(step=plan): the dry run (order, start and end of each node, what blocks it now, predicted duration from earlier
+    ledgers' phase times); changes nothing. I(step=control): an operator verb (I(verb)) on a run."
+  - The scheduler is read on the controller - Slurm with C(scontrol show node -o) and C(squeue) under I(slurm_environment),
+    Kubernetes with the C(kubernetes) Python library, without a scheduler from each node's C(gpufleet_gpus) host variable.
+author:
+  - gpufleet.lifecycle maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.lifecycle.attributes
+attributes:
+  check_mode:
+    support: none
+    details: Only I(step=check) and I(step=plan) run in check mode; the other steps return skipped.
+  diff_mode:
+    support: none
+  idempotent:
+    support: none
+    description: Each step records events in the ledger.
+  action:
+    support: full
+    description: Implemented by an action plugin that runs on the controller; nothing runs on the node.
+options:
+  step:
+    description: What to do (see the description).
+    type: str
+    required: true
+    choices: [check, start, admit, settle, finish, plan, control]
+  nodes:
+    description:
+      - I(step=start), I(step=plan) - the inventory hostnames of the rollout (also the node names in the scheduler).
+      - I(step=control) - the nodes of a node verb.
+    type: list
+    elements: str
+    default: []
+  run_dir:
+    description: The folder of the ledgers (C(gpufleet_run_dir)); one per controller, or a path on shared storage.
+    type: path
+  run_id:
+    description: The run to start or resume (C(gpufleet_run_id)); empty - the last unfinished run of this inventory, else a new id.
+    type: str
+    default: ''
+  ledger:
+    description: The run's ledger C({backend, run_dir, run_id}) as I(step=start) returned it (C(gpufleet_rollout.ledger)).
+    type: dict
+    default: {}
+  fleet:
+    description: The fleet lock's name; empty - derived from the inventory (C(ansible_inventory_sources)).
+    type: str
+    default: ''
+  pin:
+    description: The pin of the run, recorded in C(state.json).
+    type: dict
+    default: {}
+  policy:
+    description: The C(gpufleet_*) policy variables as a mapping; default - the task's variables of those names.
+    type: dict
+  scheduler:
+    description: Where the GPUs and unavailable nodes are read.
+    type: str
+    default: none
+    choices: [slurm, kubernetes, runai, none]
+  slurm_environment:
+    description: Environment of the Slurm clients (C(SLURM_CONF)).
+    type: dict
+    default: {}
+  kubeconfig:
+    description: Kubeconfig for Kubernetes and Run:ai; empty - the client's default.
+    type: str
+    default: ''
+  results_dir:
+    description: Folder of the C(<node>.json) results; empty - C(<run_dir>/<run_id>/results). The pin-fault detector reads it.
+    type: path
+    default: ''
+  order:
+    description: I(step=admit) - the plan's order (C(gpufleet_rollout.order)); a node does not overtake an earlier waiting one.
+    type: list
+    elements: str
+    default: []
+  poll:
+    description: I(step=admit) - seconds between looks at the ledger while waiting.
+    type: float
+    default: 5.0
+  admit_timeout:
+    description: I(step=admit) - seconds a node waits at the gate before it gives its worker up and stays C(pending); 0 - no limit.
+    type: float
+    default: 0.0
+  result:
+    description: I(step=settle) - the node's C(node_upgrade_result).
+    type: dict
+    default: {}
+  verb:
+    description:
+      - I(step=control) - C(pause), C(resume) (the run), C(reset_breaker) (the circuit breaker), C(skip) (a pending node is
+        left alone), C(retry) (a final node goes back to pending), C(release) (a quarantined node goes to validating) and
+        C(released) (after the validation, with I(passed) - done, or quarantined again).
+    type: str
+    choices: [pause, resume, skip, retry, release, released, reset_breaker]
+  passed:
+    description: I(verb=released) - whether the node passed its validation.
+    type: bool
+    default: false
+  reason:
+    description: I(step=control) - why, recorded in the ledger.
+    type: str
+    default: ''
+  history:
+    description: I(step=plan) - how many earlier ledgers (the newest) give phase times.
+    type: int
+    default: 20
+seealso:
+  - module: gpufleet.lifecycle.read_pin
+'''
+
+EXAMPLES = r'''
+- name: Start or resume the run
+  gpufleet.lifecycle.rollout:
+    step: start
+    nodes: "{{ query('ansible.builtin.inventory_hostnames', 'gpu') }}"
+    run_dir: /var/lib/gpufleet/runs
+    scheduler: slurm
+    slurm_environment: {SLURM_CONF: /etc/slurm/slurm.conf}
+
+- name: Wait at the gate (first task of a host_pinned play)
+  gpufleet.lifecycle.rollout:
+    step: admit
+    ledger: "{{ hostvars['localhost']['gpufleet_rollout']['ledger'] }}"
+    order: "{{ hostvars['localhost']['gpufleet_rollout']['order'] }}"
+    scheduler: slurm
+  register: gate
+
+- name: Pause the running rollout
+  gpufleet.lifecycle.rollout:
+    step: control
+    verb: pause
+    run_dir: /var/lib/gpufleet/runs
+    reason: bad news from the canary's users
+'''
+
+RETURN = r'''
+ansible_facts:
+  description: I(step=start) - C(gpufleet_rollout) (run_id, run_dir, fleet, ledger, order, hosts, resumed, window, results_dir,
+    policy); I(step=admit) when admitted - C(gpufleet_ledger) ({backend, run_dir, run_id, results_dir}) for node_upgrade.
+  type: dict
+  returned: success
+run_id:
+  description: The run (I(step=start)).
+  type: str
+  returned: step=start
+resumed:
+  description: Whether an existing run was resumed (I(step=start)).
+  type: bool
+  returned: step=start
+order:
+  description: Every node of the run in the plan's order (I(step=start)).
+  type: list
+  elements: str
+  returned: step=start
+hosts:
+  description: The nodes still to go, in order (I(step=start)).
+  type: list
+  elements: str
+  returned: step=start
+verdict:
+  description: I(step=admit) - C(admit), C(skip) (already final), C(pause) (the run is paused) or C(pending) (I(admit_timeout)).
+  type: str
+  returned: step=admit
+admitted:
+  description: I(step=admit) - whether the node may start.
+  type: bool
+  returned: step=admit
+rule:
+  description: I(step=admit) - the rule that decided (canary, admit, resume, final, operator, budget, pin_suspect, window, ...).
+  type: str
+  returned: step=admit
+reason:
+  description: I(step=admit) - why, in words.
+  type: str
+  returned: step=admit
+status:
+  description: I(step=finish), I(step=control) - the run's status (running, paused, finished).
+  type: str
+  returned: step=finish or step=control
+counts:
+  description: I(step=finish), I(step=control) - nodes per state.
+  type: dict
+  returned: step=finish or step=control
+ledger_file:
+  description: I(step=finish) - the path of C(ledger.jsonl).
+  type: str
+  returned: step=finish
+state_file:
+  description: I(step=finish) - the path of C(state.json).
+  type: str
+  returned: step=finish
+policy:
+  description: I(step=check) - the validated policy with the variables' names.
+  type: dict
+  returned: step=check
+plan:
+  description: I(step=plan) - the plan (order with position, canary, start_in, end_in, blocked_by; predicted_seconds).
+  type: dict
+  returned: step=plan
+lines:
+  description: I(step=plan) - the plan, one line per node, and the prediction.
+  type: list
+  elements: str
+  returned: step=plan
+'''

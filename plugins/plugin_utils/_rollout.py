@@ -1,0 +1,342 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The rollout gate's glue between the ledger, the scheduler and :func:`._gate.admit` (controller-side, no Ansible import).
+
+The action plugin ``gpufleet.lifecycle.rollout`` does the I/O (scheduler commands, the ledger's files, sleeping);
+everything it decides is here:
+
+* the scheduler's answer read once (:func:`slurm_view`, :func:`kube_view`, :func:`static_view`): the fleet's GPU total,
+  the nodes down or cordoned by anyone, each node's GPUs, and the jobs on each node (for the plan's order);
+* the gate's view of a run (:func:`rollout_view`): the ledger's state plus how each failed node failed, read from its
+  ``node_upgrade_result`` file (the pin-fault detector compares these);
+* the order among the hosts waiting at the gate (:func:`first_in_line`): host_pinned starts hosts in the plan's order, and
+  a node may not overtake an earlier node waiting at the gate that the gate would admit now;
+* which run a start opens (:func:`choose_run`), the walk of a node to its final state (:func:`walk`), the run's summary
+  (:func:`summary`) and the escalation message (:func:`escalation_payload`).
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import hashlib
+import json
+import os
+import re
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
+
+SCHEDULERS = ('slurm', 'kubernetes', 'runai', 'none')
+# Slurm base states and flags that make a node's GPUs unschedulable.
+_SLURM_OUT_BASE = frozenset(('DOWN', 'FUTURE', 'UNKNOWN'))
+_SLURM_OUT_FLAGS = frozenset(('DRAIN', 'NOT_RESPONDING', 'MAINTENANCE', 'RESERVED', 'POWERED_DOWN', 'POWERING_DOWN',
+                              'POWER_DOWN', 'REBOOT_ISSUED', 'REBOOT_REQUESTED', 'FAIL'))
+_GRES_GPU = re.compile(r'(?:^|,)gpu(?::[^:,()]+)?:([0-9]+)')
+_HOSTLIST = re.compile(r'^([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)$')
+GPU_RESOURCE = 'nvidia.com/gpu'
+
+
+class RolloutError(ValueError):
+    """An answer or an argument the gate cannot use; the message names what."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The scheduler.
+
+class Fleet:
+    """What the scheduler says now: ``gpus`` per node, the nodes ``unavailable`` (down or cordoned by anyone), and the jobs."""
+
+    def __init__(self, gpus, unavailable, jobs=None):
+        self.gpus = dict(gpus)
+        self.unavailable = set(unavailable)
+        self.jobs = jobs or {}
+
+    def total(self):
+        return sum(self.gpus.values()) if self.gpus else None
+
+    def view(self, domains=None):
+        """The gate's :class:`~._gate.SchedulerView` (``domains``: inventory_hostname -> domain, for nodes outside the rollout)."""
+        domains = domains or {}
+        return _gate.SchedulerView(total_gpus=self.total(),
+                                   unavailable={name: self.gpus.get(name, 0) for name in self.unavailable},
+                                   domains={name: domains.get(name) for name in self.unavailable})
+
+
+def gres_gpus(gres):
+    """GPUs in a Slurm ``Gres=`` value: ``gpu:8``, ``gpu:h100:8(S:0-1)``, ``gpu:a100:4,gpu:h100:4``; 0 when none."""
+    if not gres or gres in ('(null)', 'N/A'):
+        return 0
+    return sum(int(count) for count in _GRES_GPU.findall(gres))
+
+
+def node_records(text):
+    """The node records of ``scontrol show node``: one line each with ``-o``, else a ``NodeName=`` line and its indented lines."""
+    records = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith('NodeName=') or not records:
+            records.append(line.strip())
+        else:
+            records[-1] += ' ' + line.strip()
+    return records
+
+
+def slurm_view(text):
+    """:class:`Fleet` from ``scontrol show node -o`` (every node; the multi-line form without ``-o`` is read too)."""
+    gpus = {}
+    unavailable = set()
+    for record in node_records(text):
+        node = _slurm.parse_show_node(record)
+        gpus[node['name']] = gres_gpus(node.get('Gres'))
+        if node['base_state'] in _SLURM_OUT_BASE or _SLURM_OUT_FLAGS.intersection(node['flags']):
+            unavailable.add(node['name'])
+    if not gpus:
+        raise RolloutError('scontrol show node -o listed no node')
+    return Fleet(gpus, unavailable)
+
+
+def expand_hostlist(text):
+    """A Slurm host list (``gpu-[01-03,07],login1``) to names; one bracket group per name, as Slurm prints node lists."""
+    names = []
+    depth = 0
+    part = ''
+    parts = []
+    for char in text or '':
+        if char == ',' and depth == 0:
+            parts.append(part)
+            part = ''
+            continue
+        depth += char == '['
+        depth -= char == ']'
+        part += char
+    parts.append(part)
+    for part in (part.strip() for part in parts):
+        if not part:
+            continue
+        match = _HOSTLIST.match(part)
+        if not match:
+            names.append(part)
+            continue
+        prefix, ranges, suffix = match.groups()
+        for item in ranges.split(','):
+            low, _dash, high = item.partition('-')
+            if not low.isdigit() or (high and not high.isdigit()):
+                raise RolloutError('unreadable Slurm host list %r' % text)
+            for number in range(int(low), int(high or low) + 1):
+                names.append('%s%0*d%s' % (prefix, len(low), number, suffix))
+    return names
+
+
+def _timestamp(text):
+    """An ISO time (Slurm's local ``2026-11-24T12:00:00``, or with a zone) to epoch seconds; None when not a time."""
+    if not text or text in ('N/A', 'Unknown', 'NONE', '(null)'):
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip().replace('Z', '+00:00'))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()
+    return moment.timestamp()
+
+
+def checkpoint_of(comment):
+    """The declared next checkpoint (``gpufleet.io/checkpoint=<ISO time>`` in a job comment or pod annotation) in epoch seconds."""
+    if not comment:
+        return None
+    match = re.search(re.escape(_planner.CHECKPOINT_KEY) + r'=(\S+)', comment)
+    return _timestamp(match.group(1)) if match else None
+
+
+def slurm_jobs(text):
+    """``squeue --noheader --format=%i|%N|%e|%k`` (running jobs) -> {node: [Job, ...]}."""
+    jobs = collections.defaultdict(list)
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split('|', 3)
+        if len(fields) != 4:
+            raise RolloutError('unreadable squeue line %r (expected id|nodes|end|comment)' % line[:200])
+        job_id, nodelist, end, comment = fields
+        job = _planner.Job(id=job_id.strip(), checkpoint=checkpoint_of(comment), end=_timestamp(end))
+        for name in expand_hostlist(nodelist):
+            jobs[name].append(job)
+    return dict(jobs)
+
+
+def kube_view(nodes_document):
+    """:class:`Fleet` from a Kubernetes ``NodeList`` (``kubectl get nodes -o json`` or the API's answer as a mapping)."""
+    gpus = {}
+    unavailable = set()
+    for item in (nodes_document or {}).get('items') or []:
+        metadata = item.get('metadata') or {}
+        name = metadata.get('name')
+        if not name:
+            continue
+        status = item.get('status') or {}
+        count = (status.get('allocatable') or {}).get(GPU_RESOURCE) or (status.get('capacity') or {}).get(GPU_RESOURCE) or 0
+        try:
+            gpus[name] = int(count)
+        except (TypeError, ValueError):
+            raise RolloutError('node %s: %s is %r, not a count' % (name, GPU_RESOURCE, count)) from None
+        ready = [condition.get('status') for condition in status.get('conditions') or [] if condition.get('type') == 'Ready']
+        if (item.get('spec') or {}).get('unschedulable') or (ready and ready[0] != 'True'):
+            unavailable.add(name)
+    if not gpus:
+        raise RolloutError('the Kubernetes API listed no node')
+    return Fleet(gpus, unavailable)
+
+
+def static_view(gpus_by_node):
+    """:class:`Fleet` without a scheduler: each node's ``gpufleet_gpus`` host variable; nothing is known to be unavailable."""
+    gpus = {}
+    for name, value in gpus_by_node.items():
+        if value is None or value == '':
+            return Fleet({}, ())
+        try:
+            gpus[name] = int(value)
+        except (TypeError, ValueError):
+            raise RolloutError('%s: gpufleet_gpus must be a whole number, got %r' % (name, value)) from None
+    return Fleet(gpus, ())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Runs.
+
+def inventory_id(sources):
+    """One text naming an inventory: its sources (``ansible_inventory_sources``), absolute, in order."""
+    if isinstance(sources, str):
+        sources = [sources]
+    return ','.join(os.path.abspath(source) if '/' in source or os.path.exists(source) else source for source in sources or [])
+
+
+def fleet_name(inventory):
+    """The fleet lock's name for an inventory: its file name (made safe) and a short hash of the full id."""
+    base = os.path.basename((inventory or 'inventory').split(',')[0].rstrip('/')) or 'inventory'
+    base = re.sub(r'[^A-Za-z0-9._-]+', '-', base).strip('-.') or 'inventory'
+    return '%s-%s' % (base[:60], hashlib.sha256((inventory or '').encode('utf-8')).hexdigest()[:8])
+
+
+def choose_run(run_id, existing, last_unfinished):
+    """(run_id, resume): the given run id (resumed when it has a ledger), else the last unfinished run, else a new one (None)."""
+    if run_id:
+        return run_id, run_id in existing
+    if last_unfinished:
+        return last_unfinished, True
+    return None, False
+
+
+def node_results(results_dir, nodes):
+    """{node: node_upgrade_result} from ``<results_dir>/<node>.json`` (missing or unreadable files are left out)."""
+    found = {}
+    if not results_dir:
+        return found
+    for node in nodes:
+        try:
+            with open(os.path.join(results_dir, '%s.json' % node), encoding='utf-8') as handle:
+                document = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        if isinstance(document, dict):
+            found[node] = document
+    return found
+
+
+def rollout_view(state, results):
+    """The gate's :class:`~._gate.Rollout`: the ledger's nodes, with each failed node's signature and rma_suspect from its result."""
+    rollout = _ledger.node_view(state)
+    nodes = {}
+    for name, node in rollout.nodes.items():
+        result = results.get(name)
+        if node.state in _gate.FAILED and result and result.get('state') == node.state:
+            signature = node.signature or _gate.failure_signature(result, name)
+            node = _gate.Node(state=node.state, domain=node.domain, gpus=node.gpus, canary=node.canary, finished=node.finished,
+                              signature=signature, rma_suspect=node.rma_suspect or bool(result.get('rma_suspect')))
+        nodes[name] = node
+    return _gate.Rollout(nodes=nodes, paused=rollout.paused, breaker_reset=rollout.breaker_reset, quarantines=rollout.quarantines)
+
+
+def first_in_line(policy, rollout, scheduler, node, order, waiting, now):
+    """The earlier node in ``order`` that waits at the gate now and would be admitted now, or None.
+
+    host_pinned hands its workers to hosts in the plan's order, but which waiting worker polls first after a slot frees
+    is chance: the gate keeps the plan's order by admitting ``node`` only when no earlier waiting node could go.
+    Nodes not at the gate (not started yet: fewer forks than nodes) never hold anyone back.
+    """
+    for name in order:
+        if name == node:
+            return None
+        if name not in waiting or name not in rollout.nodes or rollout.nodes[name].state != _gate.PENDING:
+            continue
+        if _gate.admit(policy, rollout, scheduler, name, now).action == _gate.ADMIT:
+            return name
+    return None
+
+
+def walk(current, target):
+    """The states from ``current`` to the final ``target`` along the ledger's legal transitions (shortest), ``current`` excluded.
+
+    [] when already there or when ``target`` cannot be reached without leaving a final state.
+    """
+    if current == target:
+        return []
+    queue = collections.deque([(current, [])])
+    seen = {current}
+    while queue:
+        state, path = queue.popleft()
+        for following in _ledger.TRANSITIONS.get(state, ()):
+            if following in seen:
+                continue
+            if following == target:
+                return path + [following]
+            seen.add(following)
+            if following in _ledger.IN_FLIGHT:
+                queue.append((following, path + [following]))
+    return []
+
+
+def summary(state):
+    """The run in numbers and one line: counts per state, the pause and what is left."""
+    counts = collections.Counter(record['state'] for record in state['nodes'].values())
+    left = sorted(name for name, record in state['nodes'].items() if record['state'] not in _gate.FINAL)
+    pause = state.get('pause') or {}
+    shown = ', '.join('%d %s' % (counts[name], name) for name in _gate.STATES if counts.get(name))
+    line = 'run %s %s: %s' % (state['run_id'], state.get('status'), shown or 'no nodes')
+    if state.get('status') == 'paused':
+        line += '; paused (%s): %s' % (pause.get('rule') or pause.get('by') or 'paused', pause.get('reason') or '')
+    if left:
+        line += '; not finished: %s' % ', '.join(left[:20]) + (' and %d more' % (len(left) - 20) if len(left) > 20 else '')
+    return {'run_id': state['run_id'], 'status': state.get('status'), 'counts': dict(counts), 'left': left,
+            'pause': state.get('pause'), 'message': line}
+
+
+def escalation_payload(run_id, decision, state):
+    """What the escalation hook receives (JSON POST body, or the command's standard input)."""
+    return {'event': 'gpufleet.rollout.paused', 'run_id': run_id, 'rule': decision.get('rule'), 'reason': decision.get('reason'),
+            'inventory': state.get('inventory'), 'counts': summary(state)['counts']}
+
+
+def plan_nodes(nodes, fleet, domains):
+    """The planner's :class:`~._planner.PlanNode` list for ``nodes`` from the scheduler's answer."""
+    return [_planner.PlanNode(name=name, gpus=fleet.gpus.get(name, 0), domain=domains.get(name), jobs=tuple(fleet.jobs.get(name, ())))
+            for name in nodes]
+
+
+def plan_lines(plan):
+    """The plan for people: one line per node (position, canary, start and end from now, what blocks it now), then the prediction."""
+    lines = []
+    for entry in plan['order']:
+        blocked = ''.join('; %s: %s' % (block['rule'], block['reason']) for block in entry['blocked_by'])
+        if entry['position'] is None:
+            lines.append('  - %-20s not planned%s' % (entry['node'], blocked))
+            continue
+        mark = 'canary' if entry['canary'] else ''
+        lines.append('%3d %-20s %-6s start +%ss end +%ss%s' % (entry['position'], entry['node'], mark, entry['start_in'], entry['end_in'], blocked))
+    lines.append('predicted: %ss for %d node(s), window %d, canary %d (phase times from %d earlier sample(s))'
+                 % (plan['predicted_seconds'], plan['nodes_planned'], plan['window'], plan['canary'], plan.get('phase_samples', 0)))
+    return lines

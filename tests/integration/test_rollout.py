@@ -1,0 +1,380 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Window mode of rolling_restart through the rollout gate, one rule per test, asserted from ledger.jsonl and state.json.
+
+One simulated fleet for the module (build/sim-rollout: 6 nodes, real Slurm, no BMC); reboot-only rolling restarts (no pin)
+with short timeouts. Each rollout gets its own gpufleet_run_dir under pytest's tmp_path, so the runs do not see each other.
+
+    run A (window 2, canary 1, one node per rack): window, canary, domain limit
+    run B (gpu-06 drained by an admin, floor 65 %, window 3): capacity floor
+    run C (the fleet lock held by another live run): a second rollout is refused, nothing touched
+    run D (window 1): ansible-playbook and its workers killed with SIGKILL while a node is in flight; the re-run resumes
+"""
+
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, SIM, ansible_environment, fleet_up
+
+sys.path.insert(0, os.path.join(SIM, 'slurm'))
+
+import slurm_sim  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger, _rollout  # noqa: E402
+
+FLEET_STATE = os.path.join(ROOT, 'build', 'sim-rollout')
+ROLLING_RESTART = os.path.join(ROOT, 'playbooks', 'rolling_restart.yml')
+PLAN = os.path.join(ROOT, 'playbooks', 'plan.yml')
+CONTROL = os.path.join(ROOT, 'playbooks', 'rollout_control.yml')
+SIM_VARS = {'gpufleet_boot_time_command': 'stat -c %Z /proc/1', 'gpufleet_reboot_timeout': 45, 'gpufleet_drain_timeout': 20,
+            'node_upgrade_wait_sleep': 1, 'gpufleet_gate_poll': 1,
+            'node_validate_kernel_log_command': ['sh', '-c', 'cat /var/lib/gpufleet-sim/xid.log 2>/dev/null; true']}
+RACKS = {'gpu-01': 'r1', 'gpu-02': 'r1', 'gpu-03': 'r2', 'gpu-04': 'r2', 'gpu-05': 'r3', 'gpu-06': 'r3'}
+FINAL = ('done', 'rolled_back', 'quarantined', 'deferred', 'left_alone')
+
+
+@pytest.fixture(scope='module')
+def fleet():
+    yield from fleet_up(FLEET_STATE, 6, 'slurm')
+
+
+def rack_inventory(fleet, folder):
+    """The fleet's inventory with a rack per node (two per rack)."""
+    document = json.loads(json.dumps(fleet.inventory_data))
+    for node, host in document['all']['children']['gpu']['hosts'].items():
+        host['rack'] = RACKS[node]
+    path = os.path.join(folder, 'inventory.json')
+    with open(path, 'w', encoding='utf-8') as handle:
+        json.dump(document, handle)
+    return path
+
+
+def rollout(fleet, run_dir, inventory=None, **variables):
+    values = dict(SIM_VARS, gpufleet_run_dir=run_dir)
+    values.update(variables)
+    return run(fleet, ROLLING_RESTART, inventory, values)
+
+
+def run(fleet, playbook, inventory, values):
+    process = subprocess.run(['ansible-playbook', '-i', inventory or fleet.inventory, playbook, '-e', json.dumps(values)],
+                             env=ansible_environment(), cwd=ROOT, capture_output=True, text=True, check=False, timeout=600)
+    return process
+
+
+def only_run(run_dir):
+    runs = [name for name in os.listdir(run_dir) if name != 'locks']
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def ledger(run_dir, run_id=None):
+    """(events, state) of the run."""
+    run_id = run_id or only_run(run_dir)
+    with open(os.path.join(run_dir, run_id, 'ledger.jsonl'), encoding='utf-8') as handle:
+        events = [json.loads(line) for line in handle]
+    with open(os.path.join(run_dir, run_id, 'state.json'), encoding='utf-8') as handle:
+        state = json.load(handle)
+    return events, state
+
+
+def in_flight_over_time(events):
+    """[(event, set of nodes in flight after it)] in ledger order (the ledger is appended under its lock: its order is the truth)."""
+    flying = set()
+    timeline = []
+    for event in events:
+        node = event['node']
+        if node is None:
+            continue
+        if event['to'] == 'admitted':
+            flying.add(node)
+        elif event['to'] in FINAL or event['to'] == 'pending':
+            flying.discard(node)
+        timeline.append((event, set(flying)))
+    return timeline
+
+
+def admissions(events):
+    return [event for event in events if event['node'] and event['to'] == 'admitted']
+
+
+def failures(process):
+    return '\nrc=%s\n%s\n%s' % (process.returncode, process.stdout[-6000:], process.stderr[-3000:])
+
+
+def slurm_state(fleet, node):
+    return slurm_sim.node_state(fleet.vars['gpufleet_slurm_environment'], node)
+
+
+@pytest.fixture(scope='module')
+def run_a(fleet, tmp_path_factory):
+    """Window 2 after one canary, one node per rack out at a time, every node."""
+    folder = str(tmp_path_factory.mktemp('run-a'))
+    run_dir = os.path.join(folder, 'runs')
+    process = rollout(fleet, run_dir, rack_inventory(fleet, folder), gpufleet_window=2, gpufleet_canary=1,
+                      gpufleet_domain_var='rack', gpufleet_domain_max=1)
+    assert process.returncode == 0, failures(process)
+    return ledger(run_dir)
+
+
+def test_every_node_done_and_the_run_finished(run_a):
+    events, state = run_a
+    assert state['status'] == 'finished', state['status']
+    assert {name: record['state'] for name, record in state['nodes'].items()} == {node: 'done' for node in RACKS}
+    assert state['policy']['gpufleet_window'] == 2 and state['policy']['gpufleet_domain_var'] == 'rack'
+    assert events[0]['to'] == 'running' and events[-1]['to'] == 'finished'
+    assert all(set(event) >= {'time', 'node', 'from', 'to', 'reason'} for event in events)
+
+
+def test_the_window_is_never_exceeded_and_used(run_a):
+    events, _state = run_a
+    sizes = [len(flying) for _event, flying in in_flight_over_time(events)]
+    assert max(sizes) == 2, sizes      # never more than the window, and the window was used (not serialised)
+
+
+def test_the_canary_goes_alone_and_gates_the_window(run_a):
+    events, state = run_a
+    admitted = admissions(events)
+    canary = admitted[0]['node']
+    assert state['nodes'][canary]['canary'] is True
+    assert [event['node'] for event in admitted if state['nodes'][event['node']]['canary']] == [canary]
+    canary_done = [index for index, event in enumerate(events) if event['node'] == canary and event['to'] == 'done'][0]
+    second = events.index(admitted[1])
+    assert canary_done < second, 'the window opened before the canary passed'
+
+
+def test_the_domain_limit_holds(run_a):
+    events, state = run_a
+    for event, flying in in_flight_over_time(events):
+        racks = [state['nodes'][node]['domain'] for node in flying]
+        assert len(racks) == len(set(racks)), (event, flying, racks)
+    # The plan interleaves the racks: the first three admitted are in three racks.
+    assert len({RACKS[event['node']] for event in admissions(events)[:3]}) == 3
+
+
+def test_the_capacity_floor_counts_a_node_drained_by_an_admin(fleet, tmp_path):
+    """48 GPUs, gpu-06 drained by an admin (8 out): a floor of 65 % leaves room for one more node out, not the window of 3."""
+    environment = fleet.vars['gpufleet_slurm_environment']
+    slurm_sim.scontrol(environment, 'update', 'NodeName=gpu-06', 'State=DRAIN', 'Reason=admin: fan replacement')
+    run_dir = str(tmp_path / 'runs')
+    try:
+        process = rollout(fleet, run_dir, gpufleet_hosts='gpu-01,gpu-02,gpu-03,gpu-06', gpufleet_window=3, gpufleet_canary=0,
+                          gpufleet_capacity_floor='65%')
+        assert process.returncode == 0, failures(process)
+        events, state = ledger(run_dir)
+        assert slurm_state(fleet, 'gpu-06')['Reason'].startswith('admin: fan replacement')
+    finally:
+        slurm_sim.scontrol(environment, 'update', 'NodeName=gpu-06', 'State=RESUME')
+    assert state['nodes']['gpu-06']['state'] == 'left_alone', state['nodes']['gpu-06']
+    assert all(state['nodes'][node]['state'] == 'done' for node in ('gpu-01', 'gpu-02', 'gpu-03')), state['nodes']
+    sizes = [len(flying) for _event, flying in in_flight_over_time(events)]
+    assert max(sizes) == 1, sizes
+    # 8 GPUs of gpu-06 plus one node in flight: never more than 16 of 48 out (65 % of 48 = 31.2 must stay).
+    for _event, flying in in_flight_over_time(events):
+        assert 8 + 8 * len(flying - {'gpu-06'}) <= 48 - 31.2
+
+
+def test_a_second_rollout_is_refused_naming_the_run(fleet, tmp_path):
+    run_dir = str(tmp_path / 'runs')
+    backend = _ledger.FileBackend(run_dir)
+    fleet_lock = _rollout.fleet_name(_rollout.inventory_id([fleet.inventory]))
+    backend.acquire(fleet_lock, _ledger.holder_identity('the-other-run'))     # this test process: alive
+    process = rollout(fleet, run_dir, gpufleet_window=2)
+    assert process.returncode != 0
+    assert 'held by run the-other-run' in process.stdout, failures(process)
+    assert [name for name in os.listdir(run_dir) if name != 'locks'] == []     # no ledger, no node admitted
+    assert backend.holder(fleet_lock)['run_id'] == 'the-other-run'
+    assert all('DRAIN' not in slurm_state(fleet, node)['State'] for node in fleet.nodes)
+
+
+def test_a_bad_policy_value_fails_before_anything_naming_the_variable(fleet, tmp_path):
+    run_dir = str(tmp_path / 'runs')
+    process = rollout(fleet, run_dir, gpufleet_window=2, gpufleet_capacity_floor='120%')
+    assert process.returncode != 0
+    assert 'gpufleet_capacity_floor: must be a share' in process.stdout, failures(process)
+    assert not os.path.exists(run_dir) or [name for name in os.listdir(run_dir) if name != 'locks'] == []
+
+
+def test_resume_after_the_controller_is_killed(fleet, tmp_path):
+    run_dir = str(tmp_path / 'runs')
+    nodes = 'gpu-04,gpu-05,gpu-06'
+    values = dict(SIM_VARS, gpufleet_run_dir=run_dir, gpufleet_hosts=nodes, gpufleet_window=1, gpufleet_canary=0)
+    process = subprocess.Popen(['ansible-playbook', '-i', fleet.inventory, ROLLING_RESTART, '-e', json.dumps(values)],
+                               env=ansible_environment(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        caught = None
+        while time.time() < deadline and caught is None:
+            time.sleep(0.5)
+            try:
+                events, _state = ledger(run_dir)
+            except (AssertionError, OSError, ValueError):
+                continue
+            # Kill while the first node is in flight and cordoned by the role (the drain has begun).
+            if admissions(events):
+                node = admissions(events)[0]['node']
+                if 'DRAIN' in slurm_state(fleet, node)['State']:
+                    caught = node
+        assert caught, 'no node went in flight'
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    events, state = ledger(run_dir)
+    run_id = state['run_id']
+    assert state['status'] == 'running' and state['nodes'][caught]['state'] not in FINAL, state['nodes'][caught]
+    time.sleep(2)      # orphaned workers notice their parent is gone
+    events_after_kill = len(ledger(run_dir)[0])
+
+    again = subprocess.run(['ansible-playbook', '-i', fleet.inventory, ROLLING_RESTART, '-e', json.dumps(values)],
+                           env=ansible_environment(), cwd=ROOT, capture_output=True, text=True, check=False, timeout=600)
+    assert again.returncode == 0, failures(again)
+    assert only_run(run_dir) == run_id        # the last unfinished run of this inventory, resumed, not a new one
+    events, state = ledger(run_dir)
+    assert len(events) > events_after_kill
+    assert state['status'] == 'finished'
+    assert {node: state['nodes'][node]['state'] for node in nodes.split(',')} == {node: 'done' for node in nodes.split(',')}
+    resumed = [event for event in events[events_after_kill:] if event['node'] == caught and event['to'] == 'admitted']
+    assert resumed and resumed[0]['from'] != 'pending' and 'caught' in resumed[0]['reason'], resumed
+    # The node caught mid-way was validated before it was put back in service.
+    assert 'DRAIN' not in slurm_state(fleet, caught)['State']
+    with open(os.path.join(run_dir, run_id, 'results', caught + '.json'), encoding='utf-8') as handle:
+        result = json.load(handle)
+    assert result['state'] == 'done' and all(check['passed'] for check in result['validation'])
+
+
+def test_plan_and_operator_verbs(fleet, tmp_path):
+    """plan.yml changes nothing; pause stops admissions (the rollout ends paused), skip and resume let it finish."""
+    run_dir = str(tmp_path / 'runs')
+    plan_file = str(tmp_path / 'plan.json')
+    planned = run(fleet, PLAN, None, dict(SIM_VARS, gpufleet_run_dir=run_dir, gpufleet_window=2, gpufleet_canary=1, gpufleet_plan_file=plan_file))
+    assert planned.returncode == 0, failures(planned)
+    with open(plan_file, encoding='utf-8') as handle:
+        plan = json.load(handle)
+    assert [entry['node'] for entry in plan['order']] == fleet.nodes and plan['order'][0]['canary'] and plan['window'] == 2
+    assert not os.path.exists(run_dir)
+
+    # A run of two nodes, paused by the operator before its nodes go: nothing is admitted, the run ends failed "paused".
+    backend = _ledger.FileBackend(run_dir)
+    inventory = _rollout.inventory_id([fleet.inventory])
+    _ledger.RunLedger.create(backend, 'operator-run', inventory=inventory, policy={'gpufleet_window': 1, 'gpufleet_canary': 0},
+                             nodes={'gpu-01': {'gpus': 8}, 'gpu-02': {'gpus': 8}})
+    control = dict(gpufleet_run_dir=run_dir)
+    paused = run(fleet, CONTROL, None, dict(control, gpufleet_verb='pause', gpufleet_reason='waiting for the vendor'))
+    assert paused.returncode == 0, failures(paused)
+    stopped = rollout(fleet, run_dir, gpufleet_hosts='gpu-01,gpu-02', gpufleet_window=1, gpufleet_canary=0)
+    assert stopped.returncode != 0 and 'rollout paused' in stopped.stdout and 'waiting for the vendor' in stopped.stdout, failures(stopped)
+    events, state = ledger(run_dir)
+    assert state['run_id'] == 'operator-run' and admissions(events) == [] and state['status'] == 'paused'
+
+    skipped = run(fleet, CONTROL, None, dict(control, gpufleet_verb='skip', gpufleet_nodes='gpu-02'))
+    resumed = run(fleet, CONTROL, None, dict(control, gpufleet_verb='resume'))
+    assert skipped.returncode == 0 and resumed.returncode == 0, failures(skipped) + failures(resumed)
+    finished = rollout(fleet, run_dir, gpufleet_hosts='gpu-01,gpu-02', gpufleet_window=1, gpufleet_canary=0)
+    assert finished.returncode == 0, failures(finished)
+    events, state = ledger(run_dir)
+    assert {node: record['state'] for node, record in state['nodes'].items()} == {'gpu-01': 'done', 'gpu-02': 'left_alone'}
+    assert state['status'] == 'finished' and [event['node'] for event in admissions(events)] == ['gpu-01']
+
+
+def quarantine_cleanup(fleet, nodes):
+    environment = fleet.vars['gpufleet_slurm_environment']
+    for node in nodes:
+        fleet.fleet('fault', node, 'clear')
+        if 'DRAIN' in slurm_state(fleet, node)['State']:
+            slurm_sim.scontrol(environment, 'update', 'NodeName=' + node, 'State=RESUME')
+
+
+def test_the_failure_budget_pauses_and_in_flight_nodes_finish(fleet, tmp_path):
+    """gpu-01 fails its validation while a second node is in flight, held by a job until the test sees gpu-01 final: the third
+    is never admitted, the second finishes done, the run ends failed with a paused summary naming the budget."""
+    environment = fleet.vars['gpufleet_slurm_environment']
+    run_dir = str(tmp_path / 'runs')
+    fleet.fleet('fault', 'gpu-01', 'diag_fail')
+    # Jobs order gpu-02 and gpu-03 after the idle gpu-01; the job of the one admitted holds it in its drain.
+    jobs = {node: slurm_sim.submit_job(environment, node, 300) for node in ('gpu-02', 'gpu-03')}
+    values = dict(SIM_VARS, gpufleet_run_dir=run_dir, gpufleet_hosts='gpu-01,gpu-02,gpu-03', gpufleet_window=2, gpufleet_canary=0,
+                  gpufleet_max_fail_percentage=0, gpufleet_drain_timeout=240)
+    try:
+        for node in jobs:
+            slurm_sim.wait_for(environment, node, lambda state: 'ALLOCATED' in state or 'MIXED' in state, timeout=30)
+        process = subprocess.Popen(['ansible-playbook', '-i', fleet.inventory, ROLLING_RESTART, '-e', json.dumps(values)],
+                                   env=ansible_environment(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            time.sleep(1)
+            try:
+                if ledger(run_dir)[1]['nodes']['gpu-01']['state'] in FINAL:
+                    break
+            except (AssertionError, OSError, ValueError):
+                continue
+        # Both jobs declare the same end: the plan orders gpu-02 and gpu-03 either way; the one admitted second is held.
+        held = admissions(ledger(run_dir)[0])[1]['node']
+        subprocess.run(['scancel', jobs[held]], env=dict(os.environ, **environment), check=False, capture_output=True)
+        stdout, _stderr = process.communicate(timeout=300)
+        events, state = ledger(run_dir)
+    finally:
+        for job in jobs.values():
+            subprocess.run(['scancel', job], env=dict(os.environ, **environment), check=False, capture_output=True)
+        quarantine_cleanup(fleet, ['gpu-01'])
+    assert process.returncode != 0
+    assert 'rollout paused' in stdout and 'failure budget exceeded' in stdout, stdout[-4000:]
+    assert state['status'] == 'paused' and state['pause']['rule'] == 'budget', state['pause']
+    waiting = ({'gpu-02', 'gpu-03'} - {held}).pop()
+    nodes = {node: record['state'] for node, record in state['nodes'].items()}
+    assert nodes == {'gpu-01': 'quarantined', held: 'done', waiting: 'pending'}, nodes
+    paused_at = [index for index, event in enumerate(events) if event['node'] is None and event['to'] == 'paused'][0]
+    held_done = [index for index, event in enumerate(events) if event['node'] == held and event['to'] == 'done'][0]
+    assert paused_at < held_done, '%s was not in flight when the rollout paused' % held
+    assert [event['node'] for event in admissions(events)] == ['gpu-01', held]
+
+
+def test_the_pin_fault_detector_pauses_on_a_failing_canary(fleet, tmp_path):
+    run_dir = str(tmp_path / 'runs')
+    fleet.fleet('fault', 'gpu-04', 'diag_fail')
+    try:
+        process = rollout(fleet, run_dir, gpufleet_hosts='gpu-04,gpu-05,gpu-06', gpufleet_window=2, gpufleet_canary=1,
+                          gpufleet_max_fail_percentage=None)
+        events, state = ledger(run_dir)
+        assert process.returncode != 0 and 'roll back the pin' in process.stdout, failures(process)
+        assert state['status'] == 'paused' and state['pause']['rule'] == 'pin_suspect', state['pause']
+        assert 'dcgm_diag_r1' in state['pause']['reason']
+        assert [event['node'] for event in admissions(events)] == ['gpu-04']
+        assert state['nodes']['gpu-05']['state'] == state['nodes']['gpu-06']['state'] == 'pending'
+        assert state['nodes']['gpu-04']['state'] == 'quarantined' and 'DRAIN' in slurm_state(fleet, 'gpu-04')['State']
+
+        # Release re-validates first: still failing, the node stays quarantined and cordoned; fixed, it is done and in service.
+        release = dict(SIM_VARS, gpufleet_run_dir=run_dir, gpufleet_verb='release', gpufleet_nodes='gpu-04')
+        refused = run(fleet, CONTROL, None, release)
+        assert refused.returncode == 0, failures(refused)
+        assert ledger(run_dir)[1]['nodes']['gpu-04']['state'] == 'quarantined'
+        assert 'DRAIN' in slurm_state(fleet, 'gpu-04')['State']
+        fleet.fleet('fault', 'gpu-04', 'clear')
+        released = run(fleet, CONTROL, None, release)
+        assert released.returncode == 0, failures(released)
+        events, state = ledger(run_dir)
+        assert state['nodes']['gpu-04']['state'] == 'done', state['nodes']['gpu-04']
+        moves = [(event['from'], event['to']) for event in events if event['node'] == 'gpu-04'][-4:]
+        assert moves == [('quarantined', 'validating'), ('validating', 'quarantined'), ('quarantined', 'validating'), ('validating', 'done')]
+        assert 'DRAIN' not in slurm_state(fleet, 'gpu-04')['State']
+    finally:
+        quarantine_cleanup(fleet, ['gpu-04'])
+
+
+def test_nothing_is_admitted_outside_the_maintenance_window(fleet, tmp_path):
+    run_dir = str(tmp_path / 'runs')
+    later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=3)).strftime('%a').lower()
+    process = rollout(fleet, run_dir, gpufleet_hosts='gpu-01,gpu-02', gpufleet_window=2, gpufleet_canary=0, gpufleet_admit_timeout=3,
+                      gpufleet_maintenance_window={'days': [later], 'start': '00:00', 'end': '01:00', 'timezone': 'UTC'})
+    assert process.returncode == 0, failures(process)
+    events, state = ledger(run_dir)
+    assert admissions(events) == [] and state['status'] == 'running'
+    assert {record['state'] for record in state['nodes'].values()} == {'pending'}
+    assert 'outside the maintenance window' in process.stdout
