@@ -50,6 +50,9 @@ ARGUMENT_SPEC = dict(
     history=dict(type='int', default=20),
 )
 COMMAND_TIMEOUT = 60
+# A host host_pinned is starting (never at the gate yet, a worker free) keeps its place in the plan for this many poll
+# intervals (plus 3 s) of another host's wait.
+ARRIVAL_GRACE_POLLS = 2
 # A host counts as waiting at the gate while it polled within this many poll intervals.
 WAITING_POLLS = 3
 
@@ -145,6 +148,20 @@ class ActionModule(ActionBase):
     @staticmethod
     def _results_dir(args, spec):
         return args['results_dir'] or os.path.join(spec['run_dir'], spec['run_id'], 'results')
+
+    @staticmethod
+    def _arrived(backend, run_id, node):
+        """Record that ``node`` reached the gate in this run; every node that ever did. Call under the run lock."""
+        path = os.path.join(backend.path(run_id), 'arrived.json')
+        try:
+            with open(path, encoding='utf-8') as handle:
+                data = set(name for name in json.load(handle) if isinstance(name, str))
+        except (OSError, ValueError, TypeError):
+            data = set()
+        if node not in data:
+            data.add(node)
+            _ledger.write_atomic(path, json.dumps(sorted(data)).encode('utf-8'))
+        return data
 
     @staticmethod
     def _waiting(backend, run_id, node, present, ttl):
@@ -276,7 +293,14 @@ class ActionModule(ActionBase):
                 decision = _gate.admit(policy, rollout, scheduler, node, now)
                 if decision.action == _gate.ADMIT and decision.rule != 'resume':
                     waiting = self._waiting(backend, ledger.run_id, node, True, ttl)
-                    ahead = _rollout.first_in_line(policy, rollout, scheduler, node, args['order'], waiting - {node}, now)
+                    arrived = self._arrived(backend, ledger.run_id, node)
+                    # Hosts host_pinned is starting right now (a free worker, never at the gate yet) keep their place in the
+                    # plan for a moment: the first worker to poll is chance, not the plan.
+                    expected = set()
+                    busy = len(waiting) + sum(1 for record in state['nodes'].values() if record['state'] in _ledger.IN_FLIGHT)
+                    if time.time() - started < ARRIVAL_GRACE_POLLS * poll + 3 and busy < int(task_vars.get('ansible_forks') or 5):
+                        expected = {name for name in args['order'] if name not in arrived}
+                    ahead = _rollout.first_in_line(policy, rollout, scheduler, node, args['order'], (waiting | expected) - {node}, now)
                     if ahead:
                         decision = _gate.Decision(_gate.WAIT, 'order', '%s is ahead of %s in the plan and may go now' % (ahead, node))
                 if decision.action == _gate.ADMIT:

@@ -28,6 +28,7 @@ import re
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _phase
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
 
 SCHEDULERS = ('slurm', 'kubernetes', 'runai', 'none')
@@ -279,25 +280,8 @@ def first_in_line(policy, rollout, scheduler, node, order, waiting, now):
 
 
 def walk(current, target):
-    """The states from ``current`` to the final ``target`` along the ledger's legal transitions (shortest), ``current`` excluded.
-
-    [] when already there or when ``target`` cannot be reached without leaving a final state.
-    """
-    if current == target:
-        return []
-    queue = collections.deque([(current, [])])
-    seen = {current}
-    while queue:
-        state, path = queue.popleft()
-        for following in _ledger.TRANSITIONS.get(state, ()):
-            if following in seen:
-                continue
-            if following == target:
-                return path + [following]
-            seen.add(following)
-            if following in _ledger.IN_FLIGHT:
-                queue.append((following, path + [following]))
-    return []
+    """The states from ``current`` to ``target`` along the ledger's legal transitions (one home: :func:`_phase.walk`)."""
+    return _phase.walk(current, target)
 
 
 def summary(state):

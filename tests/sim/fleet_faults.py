@@ -25,6 +25,7 @@ FAULTS = {
     'nccl_slow': {'busbw': float, 'branch': int},
     'nccl_fail': {'error': str, 'branch': int},
     'gpu_held': {'gpu': int, 'seconds': int},
+    'slow_boot': {'seconds': int},
 }
 DEFAULTS = {
     'diag_fail': {'level': 1, 'gpu': 0},
@@ -34,6 +35,7 @@ DEFAULTS = {
     'gpu_lost': {'gpu': 0},
     'nccl_fail': {'error': 'system'},
     'gpu_held': {'gpu': 0, 'seconds': 3600},
+    'slow_boot': {'seconds': 30},
 }
 # nccl_fail errors (ncclResult_t names, see tests/sim/node/gpufleet_sim/nccl_tests.py NCCL_ERRORS).
 NCCL_FAIL_ERRORS = ('cuda', 'system', 'internal', 'invalid_argument', 'invalid_usage', 'remote')

@@ -695,6 +695,16 @@ def test_reboot_hang_only_records_outside_systemd(node):
     assert record['commands'] == ['systemctl mask --runtime ssh.service ssh.socket', 'systemctl --no-block stop ssh.service ssh.socket']
 
 
+def test_slow_boot_delays_the_boot_step(node):
+    node.faults({'slow_boot': {'seconds': 1}})
+    start = time.monotonic()
+    booted = node.run('boot')
+    assert booted.returncode == 0 and 'slow_boot: POST takes 1 s' in booted.stdout
+    assert time.monotonic() - start >= 1
+    node.faults({})
+    assert 'slow_boot' not in node.run('boot').stdout
+
+
 # --------------------------------------------------------------------------- maintainer scripts
 
 def test_dpkg_fail(node):

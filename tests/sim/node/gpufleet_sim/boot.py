@@ -113,6 +113,12 @@ def boot(now=None):
         'boot_id': str(uuid.uuid4()),
         'booted_at': int(time.time() if now is None else now),
     }
+    slow = state.fault('slow_boot')
+    if slow is not None:
+        # Fault slow_boot: the firmware's POST and memory training of a large server; sshd starts after this step.
+        seconds = max(0, int(slow.get('seconds', 30)))
+        print('gpufleet-sim: slow_boot: POST takes %d s' % seconds)
+        time.sleep(seconds)
     lost = state.fault('gpu_lost')
     if lost is not None:
         # Fault gpu_lost: this boot does not find the GPU (it is missing from nvidia-smi and dcgmi until a boot without the fault).
