@@ -15,7 +15,7 @@ STAMP216 := $(VENV216)/.installed
 .PHONY: help test demo venv sanity units lint docs integration core216 build clean
 
 help:
-	@echo "make demo         rolling driver upgrade of a simulated 8-node Slurm fleet (canary, rollback, quarantine)"
+	@echo "make demo         rolling driver upgrade of a simulated 8-node Slurm fleet (window mode: canary, rollback, quarantine)"
 	@echo "make test         set up .venv and run sanity, unit, lint, ansible-doc and integration suites"
 	@echo "make sanity       ansible-test sanity (builds build/ansible_collections/gpufleet/lifecycle)"
 	@echo "make units        pytest unit tests"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make demo: a rolling driver upgrade (550 -> 580) of a simulated 8-node Slurm GPU fleet, batch mode with a canary of 1.
+# make demo: a rolling driver upgrade (550 -> 580) of a simulated 8-node Slurm GPU fleet, window mode: a sliding window of 2
+# after a canary of 1, through the rollout gate, with its ledger.
 # gpu-03 fails DCGM on the new driver only (rolled back), gpu-05 never returns from its reboot (quarantined),
 # gpu-07 was drained by an admin (left alone). Needs root (podman nodes, Slurm daemons), like make test.
 set -euo pipefail
@@ -32,12 +33,17 @@ fabric_manager: 580.65.06
 container_toolkit: 1.17.0
 dcgm: 4.1.0
 PIN
+runs=$state/runs
+ledger=$runs/$run_id
 cat > "$state/vars.yml" <<VARS
 gpufleet_pin_file: $state/pin.yml
-gpufleet_serial: [1, 3, 4]          # a canary of 1, then 3, then 4
+gpufleet_window: 2                  # a sliding window of 2 nodes, refilled as each node finishes
+gpufleet_canary: 1                  # the first node goes alone and must pass before the window opens
 gpufleet_max_fail_percentage: 50
+gpufleet_run_dir: $runs
 gpufleet_run_id: $run_id
 gpufleet_results_dir: $results
+gpufleet_gate_poll: 1
 gpufleet_reboot_timeout: 30
 gpufleet_drain_timeout: 60
 # The simulated nodes: boot time of PID 1, and the Xid log the fleet writes.
@@ -45,12 +51,25 @@ gpufleet_boot_time_command: stat -c %Z /proc/1
 node_validate_kernel_log_command: [sh, -c, "cat /var/lib/gpufleet-sim/xid.log 2>/dev/null; true"]
 VARS
 
-echo "== 3. ansible-playbook gpufleet.lifecycle.rolling_restart (batches [1, 3, 4], max_fail_percentage 50)"
+echo "== 3. ansible-playbook gpufleet.lifecycle.rolling_restart (window 2 after a canary of 1, max_fail_percentage 50)"
 set +e
-ansible-playbook -i "$inventory" playbooks/rolling_restart.yml -e "@$state/vars.yml" | tee "$state/rolling_restart.log" \
-    | grep -E '^(PLAY|TASK \[gpufleet.lifecycle.node_upgrade : (Print|Fail))|^ +"gpu-|rollout stops|^gpu-..  *:'
-rc=${PIPESTATUS[0]}
+# forks: the window plus the hosts waiting at the gate (docs/rollout-policy.md).
+# The fleet report callback: live progress lines here, report.{json,md,html}, junit.xml and metrics.prom at the end.
+ANSIBLE_CALLBACKS_ENABLED=gpufleet.lifecycle.fleet_report GPUFLEET_REPORT_DIR=$state/report \
+    ansible-playbook -i "$inventory" playbooks/rolling_restart.yml -f 8 -e "@$state/vars.yml" > "$state/rolling_restart.log" 2>&1
+rc=$?
+grep -E '→|fleet:' "$state/rolling_restart.log" | head -60 || true
 set -e
+echo "the gate's admissions and each node's final state, from the ledger ($ledger/ledger.jsonl):"
+python3 - "$ledger/ledger.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], encoding='utf-8') as handle:
+    for line in handle:
+        event = json.loads(line)
+        if event['node'] is None or event['to'] in ('admitted', 'done', 'rolled_back', 'quarantined', 'deferred', 'left_alone'):
+            print('  %s %-7s %-12s -> %-12s %s' % (event['time'][11:19], event['node'] or 'run', event['from'], event['to'],
+                                                  (event.get('reason') or '')[:100]))
+PY
 
 echo "== 4. each node's result"
 python3 - "$results" <<'PY'
@@ -66,6 +85,8 @@ PY
 echo "Slurm:"
 SLURM_CONF=$slurm_conf sinfo -N -o '%N %T %E' | sed 's/^/  /'
 echo
-echo "ansible-playbook exited $rc (nodes rolled back or quarantined count as failed)."
+echo "ansible-playbook exited $rc (window mode: non-zero when the rollout paused - budget, pin fault, circuit breaker - or failed)."
+echo "Ledger: $ledger/ledger.jsonl    State: $ledger/state.json"
+echo "Report: $state/report/report.html (also report.json, report.md, junit.xml, metrics.prom)"
 echo "Results (one JSON per node): $results"
 echo "Full log: $state/rolling_restart.log    Stop the fleet: tests/sim/fleet --state-dir $state down"
