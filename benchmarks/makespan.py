@@ -8,12 +8,18 @@ Not a test. Brings up a simulated Slurm fleet (default 20 nodes), gives the node
 ``slow_boot`` fault (most nodes boot in 0 to 9 s more, a slow tail of a few in 40 s more: a large server's POST), then
 runs the real ``gpufleet.lifecycle.rolling_restart`` playbook (reboot only: gate, ledger, node_upgrade) twice:
 
-* window mode, ``gpufleet_window=W`` (forks W + 2), the gate refilling the window as each node finishes;
+* window mode, ``gpufleet_window=W`` (forks W + 2), the gate refilling the window as each node finishes: a first run on
+  a fleet the collection never rolled (the plan's order is the inventory's), then a second run in the same run folder,
+  whose plan puts the nodes the first run timed longest first (``_planner.node_durations``);
 * batch mode, ``gpufleet_serial=W`` (forks W), Ansible waiting for the slowest node of every batch.
 
-For each it prints the makespan (ansible-playbook's wall time), the lower bound (the sum of the nodes' own durations,
-``node_upgrade_result.total_seconds`` of the same run, divided by W) and their ratio, the task results per node and the
-controller CPU seconds per node. The order of the slow nodes is a seeded shuffle (``--seed``), printed.
+For each it prints the makespan (ansible-playbook's wall time) and its ratio to the lower bound: the sum of the nodes' own
+durations divided by W. A node's own duration is what it takes alone: from its admission to its final state in the window
+run's ledger (``state.json`` ``admitted_at`` / ``finished_at``: the gate's answer, facts, the role, the settle step). The
+batch run cannot give it: Ansible's serial strategy moves the hosts of a batch task by task together, so every node's
+phase times there include waiting for the slowest node of its batch. Both modes run without a canary (serial has none).
+Also printed: the task results per node and the controller CPU seconds per node. The order of the slow nodes is a seeded
+shuffle (``--seed``), printed.
 
     PATH=$PWD/.venv/bin:$PATH python benchmarks/makespan.py [--nodes 20] [--window 4] [--seed 7] [--keep]
 """
@@ -38,6 +44,8 @@ del sys.modules['conftest']
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'integration'))
 
 from conftest import SIM, ansible_environment  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger  # noqa: E402  pylint: disable=wrong-import-position
 
 PLAYBOOK = os.path.join(ROOT, 'playbooks', 'rolling_restart.yml')
 SIM_VARS = {'gpufleet_boot_time_command': 'stat -c %Z /proc/1', 'gpufleet_reboot_timeout': 150, 'gpufleet_drain_timeout': 30,
@@ -71,11 +79,21 @@ def task_results(document, nodes):
     return counts
 
 
+def own_durations(run_dir):
+    """Seconds from admission to the final state of every node, from the newest run's state.json (window mode)."""
+    runs = sorted(name for name in os.listdir(run_dir) if os.path.isfile(os.path.join(run_dir, name, 'state.json')))
+    if not runs:
+        raise SystemExit('%s: no run' % run_dir)
+    with open(os.path.join(run_dir, runs[-1], 'state.json'), encoding='utf-8') as handle:
+        nodes = json.load(handle)['nodes']
+    return dict((name, _ledger.epoch(record['finished_at']) - _ledger.epoch(record['admitted_at'])) for name, record in nodes.items())
+
+
 def run_mode(inventory, run_dir, nodes, window, mode):
-    """One rolling restart; returns (makespan, lower bound, tasks per node, CPU seconds per node, states)."""
-    variables = dict(SIM_VARS, gpufleet_run_dir=run_dir, gpufleet_results_dir=os.path.join(run_dir, 'results'))
-    if mode == 'window':
-        variables.update(gpufleet_window=window)
+    """One rolling restart; returns (makespan, tasks per node, CPU seconds per node, states)."""
+    variables = dict(SIM_VARS, gpufleet_run_dir=run_dir, gpufleet_results_dir=os.path.join(run_dir, 'results-%d' % time.time()))
+    if mode.startswith('window'):
+        variables.update(gpufleet_window=window, gpufleet_canary=0)
         forks = window + 2
     else:
         variables.update(gpufleet_serial=window)
@@ -101,10 +119,9 @@ def run_mode(inventory, run_dir, nodes, window, mode):
         counts = task_results(json.loads(process.stdout), nodes)
     except ValueError:
         counts = {}
-    lower = sum(result['total_seconds'] for result in results.values()) / float(window)
     states = sorted(set(result['state'] for result in results.values()))
     tasks = sum(counts.values()) / float(len(nodes)) if counts else float('nan')
-    return makespan, lower, tasks, cpu / len(nodes), states
+    return makespan, tasks, cpu / len(nodes), states
 
 
 def main():
@@ -128,15 +145,23 @@ def main():
         print('nodes %d, window %d, seed %d; extra boot seconds per node: %s' % (
             len(nodes), args.window, args.seed, ' '.join('%s=%d' % (node[-2:], seconds) for node, seconds in zip(nodes, delays))))
         rows = {}
-        for mode in ('window', 'serial'):
-            run_dir = os.path.join(args.state_dir, 'runs-%s' % mode)
-            shutil.rmtree(run_dir, ignore_errors=True)
+        lower = None
+        window_dir = os.path.join(args.state_dir, 'runs-window')
+        shutil.rmtree(window_dir, ignore_errors=True)
+        for mode in ('window (first run)', 'window (timed)', 'serial'):
+            run_dir = window_dir if mode.startswith('window') else os.path.join(args.state_dir, 'runs-serial')
+            if not mode.startswith('window'):
+                shutil.rmtree(run_dir, ignore_errors=True)
             rows[mode] = run_mode(inventory, run_dir, nodes, args.window, mode)
-            makespan, lower, tasks, cpu, states = rows[mode]
-            print('%-6s makespan %6.1f s, lower bound %6.1f s (sum of node durations / %d): ratio %.2f; tasks per node %.1f; '
-                  'controller CPU s per node %.2f; final states %s' % (mode, makespan, lower, args.window, makespan / lower, tasks, cpu,
-                                                                       ', '.join(states)))
-        print('window / serial makespan: %.2f' % (rows['window'][0] / rows['serial'][0]))
+            if mode.startswith('window'):
+                durations = own_durations(run_dir)
+                lower = sum(durations.values()) / float(args.window)
+                print('node durations (admission to final state, %s): %s; lower bound %.1f s (sum / %d)' % (
+                    mode, ' '.join('%s=%.0f' % (node[-2:], durations[node]) for node in nodes), lower, args.window))
+            makespan, tasks, cpu, states = rows[mode]
+            print('%-18s makespan %6.1f s: %.2f x the lower bound; tasks per node %.1f; controller CPU s per node %.2f; final states %s'
+                  % (mode, makespan, makespan / lower, tasks, cpu, ', '.join(states)))
+        print('window (timed) / serial makespan: %.2f' % (rows['window (timed)'][0] / rows['serial'][0]))
     finally:
         if not args.keep:
             fleet(args.state_dir, 'down')

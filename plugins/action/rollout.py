@@ -150,6 +150,17 @@ class ActionModule(ActionBase):
         return args['results_dir'] or os.path.join(spec['run_dir'], spec['run_id'], 'results')
 
     @staticmethod
+    def _earlier_states(backend, run_id, history, result):
+        """The state of the last ``history`` runs before ``run_id`` (oldest first), for the nodes' timings."""
+        states = []
+        for earlier in [name for name in backend.run_ids() if name != run_id][-max(0, history):] if history else []:
+            try:
+                states.append(backend.read_snapshot(earlier) or _ledger.rebuild(backend, earlier))
+            except (_ledger.LedgerError, OSError, ValueError) as exc:
+                result.setdefault('warnings', []).append(to_native(exc))
+        return states
+
+    @staticmethod
     def _arrived(backend, run_id, node):
         """Record that ``node`` reached the gate in this run; every node that ever did. Call under the run lock."""
         path = os.path.join(backend.path(run_id), 'arrived.json')
@@ -249,7 +260,9 @@ class ActionModule(ActionBase):
             raise
         all_nodes = list(state['nodes'])
         plan_domains = {name: record.get('domain') for name, record in state['nodes'].items()}
-        ordered = [item[0].name for item in _planner.order(_rollout.plan_nodes(all_nodes, scheduler, plan_domains), scheduler.unavailable)]
+        durations = _planner.node_durations(self._earlier_states(backend, run_id, args['history'], result))
+        ordered = [item[0].name for item in _planner.order(_rollout.plan_nodes(all_nodes, scheduler, plan_domains), scheduler.unavailable,
+                                                          durations=durations)]
         hosts = [name for name in ordered if state['nodes'][name]['state'] not in _gate.FINAL]
         window = policy.window_size(len(all_nodes))
         forks = self._var(task_vars, 'ansible_forks')

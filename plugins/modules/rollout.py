@@ -134,7 +134,10 @@ options:
     type: str
     default: ''
   history:
-    description: I(step=plan) - how many earlier ledgers (the newest) give phase times.
+    description:
+      - How many earlier runs in I(run_dir) (the newest) are read. I(step=plan) - their phase times predict the duration.
+        I(step=start) - each node's last admission-to-final time orders the nodes without running work longest first, so a
+        sliding window does not end on a slow tail.
     type: int
     default: 20
 seealso:

@@ -6,8 +6,10 @@
 Controller-side, no Ansible import, no I/O.  :func:`order` puts the nodes in the order the rollout group is
 built in (host_pinned starts hosts in that order):
 
-1. nodes without running work, their domains interleaved (one node of each domain in turn, the largest
-   domains first), so a window rarely holds two nodes of one domain;
+1. nodes without running work, longest first where earlier runs timed them (:func:`node_durations`: a node's
+   admission to its final state in the ledgers of earlier runs; a sliding window then ends with the short nodes, not
+   a slow tail), their domains interleaved (one node of each domain in turn, the largest domains first), so a window
+   rarely holds two nodes of one domain;
 2. nodes whose work declares when it can stop: by the latest time over their jobs of the next checkpoint
    (a Slurm job comment ``gpufleet.io/checkpoint=<ISO time>``, a pod annotation of the same name) or, lacking
    one, the job's expected end; such a node is drained right after its checkpoint, so no GPU-hours are lost;
@@ -118,9 +120,31 @@ def interleave(nodes):
     return result
 
 
-def order(nodes, unavailable=()):
-    """The rollout order (see the module docstring).  Returns a list of (PlanNode, kind, ready time)."""
+def node_durations(states):
+    """Seconds from admission to the final state per node, from earlier runs' ``state.json`` (oldest first; the latest
+    timing of a node wins). Nodes never admitted, still in flight, or left alone (no work done) are not timed."""
+    durations = {}
+    for state in states:
+        for name, record in ((state or {}).get('nodes') or {}).items():
+            if not isinstance(record, dict) or record.get('state') not in ('done', 'rolled_back', 'quarantined'):
+                continue
+            try:
+                admitted = datetime.datetime.fromisoformat(record['admitted_at']).timestamp()
+                finished = datetime.datetime.fromisoformat(record['finished_at']).timestamp()
+            except (KeyError, TypeError, ValueError):
+                continue
+            if finished >= admitted:
+                durations[name] = finished - admitted
+    return durations
+
+
+def order(nodes, unavailable=(), durations=None):
+    """The rollout order (see the module docstring).  Returns a list of (PlanNode, kind, ready time).
+
+    ``durations`` (:func:`node_durations`) puts the idle nodes longest first (untimed nodes after the timed ones, by name).
+    """
     unavailable = set(unavailable)
+    durations = durations or {}
     idle, timed, unknown, left = [], [], [], []
     for node in sorted(nodes, key=lambda item: item.name):
         if node.name in unavailable:
@@ -134,6 +158,7 @@ def order(nodes, unavailable=()):
         else:
             unknown.append((node, kind, ready))
     timed.sort(key=lambda item: (item[2], item[0].name))
+    idle.sort(key=lambda node: (node.name not in durations, -durations.get(node.name, 0.0), node.name))
     return [(node, 0, None) for node in interleave(idle)] + timed + unknown + left
 
 

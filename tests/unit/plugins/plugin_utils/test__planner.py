@@ -119,3 +119,21 @@ def test_ten_thousand_nodes_plan():
     assert result['nodes_planned'] == 10000 and result['window'] == 1000
     assert len({entry['node'] for entry in result['order']}) == 10000
     assert [entry['domain'] for entry in result['order'][:3]] == ['r0', 'r1', 'r10']
+
+
+def test_node_durations_from_earlier_runs_latest_wins_and_untimed_are_skipped():
+    from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
+    older = {'nodes': {'n1': {'state': 'done', 'admitted_at': '2026-01-01T00:00:00+00:00', 'finished_at': '2026-01-01T00:01:00+00:00'},
+                       'n2': {'state': 'left_alone', 'admitted_at': '2026-01-01T00:00:00+00:00', 'finished_at': '2026-01-01T00:00:01+00:00'}}}
+    newer = {'nodes': {'n1': {'state': 'rolled_back', 'admitted_at': '2026-01-02T00:00:00+00:00', 'finished_at': '2026-01-02T00:00:30+00:00'},
+                       'n3': {'state': 'converging', 'admitted_at': '2026-01-02T00:00:00+00:00', 'finished_at': None}}}
+    assert _planner.node_durations([older, newer]) == {'n1': 30.0}
+
+
+def test_idle_nodes_go_longest_first_when_timed_so_the_window_does_not_end_on_a_slow_tail():
+    from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
+    nodes = [_planner.PlanNode(name=name, gpus=8, domain=None, jobs=()) for name in ('n1', 'n2', 'n3', 'n4')]
+    assert [item[0].name for item in _planner.order(nodes)] == ['n1', 'n2', 'n3', 'n4']
+    ordered = _planner.order(nodes, durations={'n2': 10.0, 'n4': 50.0, 'n1': 20.0})
+    # Timed longest first, then the untimed by name.
+    assert [item[0].name for item in ordered] == ['n4', 'n1', 'n2', 'n3']
