@@ -261,8 +261,8 @@ class ActionModule(ActionBase):
         all_nodes = list(state['nodes'])
         plan_domains = {name: record.get('domain') for name, record in state['nodes'].items()}
         durations = _planner.node_durations(self._earlier_states(backend, run_id, args['history'], result))
-        ordered = [item[0].name for item in _planner.order(_rollout.plan_nodes(all_nodes, scheduler, plan_domains), scheduler.unavailable,
-                                                          durations=durations)]
+        planned = _planner.order(_rollout.plan_nodes(all_nodes, scheduler, plan_domains), scheduler.unavailable, durations=durations)
+        ordered = [item[0].name for item in planned]
         hosts = [name for name in ordered if state['nodes'][name]['state'] not in _gate.FINAL]
         window = policy.window_size(len(all_nodes))
         forks = self._var(task_vars, 'ansible_forks')
