@@ -38,8 +38,9 @@ def test_ansible_builder_creates_the_context_and_finds_the_requirements(tmp_path
     assert (context / '_build' / 'collections' / 'gpufleet-lifecycle.tar.gz').is_file()
     requirements = yaml.safe_load((context / '_build' / 'requirements.yml').read_text(encoding='utf-8'))
     assert {'name': '/tmp/gpufleet-collections/gpufleet-lifecycle.tar.gz', 'type': 'file'} in requirements['collections']
-    # What the builder stage's introspection will find in the installed collection.
+    # What the builder stage's introspection will find in the installed collection. --force: make test's
+    # ANSIBLE_COLLECTIONS_PATH already holds this checkout as gpufleet.lifecycle, which would make the install a no-op.
     installed = tmp_path / 'installed'
-    subprocess.run(['ansible-galaxy', 'collection', 'install', '-p', str(installed), tarball], check=True, capture_output=True)
+    subprocess.run(['ansible-galaxy', 'collection', 'install', '--force', '-p', str(installed), tarball], check=True, capture_output=True)
     found = yaml.safe_load(builder('introspect', '--sanitize', str(installed)).split('\n', 1)[1])
     assert 'prometheus-client>=0.17  # from collection gpufleet.lifecycle' in found['python']
