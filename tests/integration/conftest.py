@@ -166,6 +166,20 @@ class PlayResult:
         return (end - start).total_seconds()
 
 
+def drift_stand_ins(fleet, listing):
+    """The drift report's three stand-in hosts: ``in-sync`` (A100, driver 535.54.03, ``listing`` as its packages),
+    ``old-driver`` (T4, driver 515.105.01, the container toolkit 1.11.0 instead of 1.12.0) and ``mismatch`` (nvidia-smi
+    prints the real NVML driver/library mismatch, exit 18)."""
+    in_sync = fleet.host('in-sync')
+    in_sync.tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': real('nvidia-smi-xml', 'telegraf_a100-sxm4-80gb_535.54.03_v12.xml')})
+    in_sync.tool('dpkg-query', {'args': ['-W'], 'stdout': listing})
+    old = fleet.host('old-driver')
+    old.tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': real('nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml')})
+    old.tool('dpkg-query', {'args': ['-W'], 'stdout': listing.replace('1.12.0-1', '1.11.0-1')})
+    fleet.host('mismatch').tool('nvidia-smi', {'args': [], 'stdout_file': real('errors', 'nvml-mismatch_570.124_tinygrad-ogkm-issue47.txt'),
+                                               'rc': 18})
+
+
 def run_playbook(playbook, inventory, *arguments):
     """Run ansible-playbook and return its PlayResult."""
     process = subprocess.run(['ansible-playbook', '-i', inventory, playbook] + list(arguments),

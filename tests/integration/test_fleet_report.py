@@ -20,7 +20,7 @@ import junitparser
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT, ansible_environment, fleet_up, real
+from conftest import drift_stand_ins, ROOT, ansible_environment, fleet_up
 
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'sim', 'packages'))
 
@@ -134,14 +134,7 @@ DPKG_LISTING = ''.join('%s\t%s\t%s\n' % row for row in [
 
 @pytest.fixture
 def stand_in_fleet(fleet, tmp_path):
-    in_sync = fleet.host('in-sync')
-    in_sync.tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': real('nvidia-smi-xml', 'telegraf_a100-sxm4-80gb_535.54.03_v12.xml')})
-    in_sync.tool('dpkg-query', {'args': ['-W'], 'stdout': DPKG_LISTING})
-    old = fleet.host('old-driver')
-    old.tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': real('nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml')})
-    old.tool('dpkg-query', {'args': ['-W'], 'stdout': DPKG_LISTING.replace('1.12.0-1', '1.11.0-1')})
-    fleet.host('mismatch').tool('nvidia-smi', {'args': [], 'stdout_file': real('errors', 'nvml-mismatch_570.124_tinygrad-ogkm-issue47.txt'),
-                                               'rc': 18})
+    drift_stand_ins(fleet, DPKG_LISTING)
     pin = tmp_path / 'baseline.env'
     pin.write_text('DRIVER_VERSION=535.54.03\nCONTAINER_TOOLKIT=1.12.0\nDCGM_VERSION=3.3.1\n', encoding='utf-8')
     return fleet.inventory(), str(pin)

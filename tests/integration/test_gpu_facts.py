@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, pids_alive, real, run_playbook
+from conftest import drift_stand_ins, ROOT, pids_alive, real, run_playbook
 
 FACTS_PLAY = os.path.join(os.path.dirname(__file__), 'playbooks', 'gpu_facts.yml')
 DRIFT_REPORT = os.path.join(ROOT, 'playbooks', 'drift_report.yml')
@@ -96,14 +96,7 @@ def test_facts_from_real_samples(fleet):
 
 
 def test_drift_report_check_diff(fleet, tmp_path):
-    in_sync = fleet.host('in-sync')
-    in_sync.tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': real('nvidia-smi-xml', 'telegraf_a100-sxm4-80gb_535.54.03_v12.xml')})
-    in_sync.tool('dpkg-query', {'args': ['-W'], 'stdout': DPKG_LISTING})
-    old = fleet.host('old-driver')
-    old.tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': real('nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml')})
-    old.tool('dpkg-query', {'args': ['-W'], 'stdout': DPKG_LISTING.replace('1.12.0-1', '1.11.0-1')})
-    fleet.host('mismatch').tool('nvidia-smi', {'args': [], 'stdout_file': real('errors', 'nvml-mismatch_570.124_tinygrad-ogkm-issue47.txt'),
-                                               'rc': 18})
+    drift_stand_ins(fleet, DPKG_LISTING)
     pin = tmp_path / 'baseline.env'
     pin.write_text('# the pin\nDRIVER_VERSION=535.54.03\nCONTAINER_TOOLKIT=1.12.0   # nvidia-container-toolkit\n'
                    'DCGM_VERSION=3.3.1\nVBIOS_VERSION=\n', encoding='utf-8')
