@@ -359,3 +359,47 @@ def slurm_cluster_up(base, nodes, cluster_class=SlurmCluster):
         slurm_sim.down(state_dir)
         raise
     return cluster_class(base, state_dir, env, reboots)
+
+
+# --- The fault-injection and bad-input suite (tests/integration/reliability.py) --------------------------------------
+
+_RELIABILITY = None
+
+
+def _recorder():
+    global _RELIABILITY
+    if _RELIABILITY is None:
+        import reliability as module  # pylint: disable=import-error
+        _RELIABILITY = module.Recorder()
+    return _RELIABILITY
+
+
+@pytest.fixture
+def reliability(request):
+    """The session's scenario recorder, bound to the calling test (see tests/integration/reliability.py)."""
+    recorder = _recorder()
+    recorder.current_test = request.node.nodeid
+    return recorder
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """After a run of the whole fault suite that passed: generate docs/reliability.md and fail when it differs."""
+    import reliability as module  # pylint: disable=import-error
+    if _RELIABILITY is None or not _RELIABILITY.scenarios or exitstatus != 0:
+        return
+    if session.config.getoption('keyword', '') or session.config.getoption('markexpr', ''):
+        return
+    collected = set(os.path.realpath(str(item.fspath)) for item in session.items)
+    if not all(os.path.realpath(path) in collected for path in module.suite_files()):
+        return
+    same, diff = module.compare(_RELIABILITY.scenarios)
+    reporter = session.config.pluginmanager.get_plugin('terminalreporter')
+    if same:
+        if reporter:
+            reporter.write_line('reliability: %d scenarios; docs/reliability.md matches (%s)' % (len(_RELIABILITY.scenarios), diff or module.GENERATED))
+        return
+    if reporter:
+        reporter.write_line('reliability: docs/reliability.md differs from what the suite observed (%s); '
+                            'if the change is intended, regenerate it with %s=1' % (module.GENERATED, module.WRITE_ENV))
+        reporter.write_line(diff)
+    session.exitstatus = 1
