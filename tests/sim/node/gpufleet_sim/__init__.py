@@ -19,6 +19,7 @@ from the node's state files (see ``state`` and tests/sim/README.md, "The node co
 * ``maint``                helper for the dummy packages' maintainer scripts (``dpkg_fail``)
 * ``dpkg_lock``            the ``dpkg_lock`` fault: holds the dpkg locks as unattended-upgrades does
 * ``gpu_hold``             the ``gpu_held`` fault: keeps ``/dev/nvidiactl`` and ``/dev/nvidiaN`` open as a job does
+* ``holder``               the background holder both faults above run (pid file, signals, start and stop)
 * ``nccl_tests``           nccl-tests ``all_reduce_perf`` (installed per node: ``fleet nccl-tests NODE``)
 
 Standard library only; Python 3.8+ (the nodes run Debian bookworm's 3.11).

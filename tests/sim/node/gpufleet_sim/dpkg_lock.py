@@ -20,26 +20,14 @@ import argparse
 import fcntl
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 
-from gpufleet_sim import state
+from gpufleet_sim import holder, state
 
 LOCKS = ('var/lib/dpkg/lock-frontend', 'var/lib/dpkg/lock')
 PID_FILE = 'run/gpufleet-sim/dpkg-lock.pid'
 COMM = 'unattended-upgr'
 DEFAULT_SECONDS = 30
-
-
-class _Stop(Exception):
-    """Raised by the signal handler to leave the hold early."""
-
-
-def _handler(signum, frame):
-    del frame
-    raise _Stop(signum)
 
 
 def _set_name(name):
@@ -52,79 +40,37 @@ def _set_name(name):
 
 def holder_pid():
     """Pid of the running holder, None when none runs."""
-    text = state.read_text(PID_FILE)
-    if text is None or not text.strip().isdigit():
-        return None
-    pid = int(text.strip())
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return None
-    return pid
+    return holder.holder_pid(PID_FILE)
+
+
+def _take_locks(descriptors):
+    _set_name(COMM)
+    for relative in LOCKS:
+        target = state.path(relative)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        descriptor = os.open(target, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+        descriptors.append(descriptor)
+        try:
+            fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            sys.stderr.write('E: Could not get lock %s. It is held by another process\n' % target)
+            return 100
+    return None
 
 
 def hold(seconds):
     """Take the locks as apt does, hold them ``seconds`` (or until SIGTERM), release them; returns the exit status."""
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, _handler)
-    _set_name(COMM)
-    descriptors = []
-    try:
-        for relative in LOCKS:
-            target = state.path(relative)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            descriptor = os.open(target, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
-            descriptors.append(descriptor)
-            try:
-                fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                sys.stderr.write('E: Could not get lock %s. It is held by another process\n' % target)
-                return 100
-        state.write_text(PID_FILE, '%d\n' % os.getpid())
-        deadline = time.time() + seconds
-        while time.time() < deadline:
-            time.sleep(min(0.5, max(0.0, deadline - time.time())))
-    except _Stop:
-        pass
-    finally:
-        text = state.read_text(PID_FILE)
-        if text is not None and text.strip() == str(os.getpid()):
-            state.remove(PID_FILE)
-        for descriptor in reversed(descriptors):
-            os.close(descriptor)
-    return 0
+    return holder.hold(PID_FILE, seconds, _take_locks)
 
 
 def start(seconds, wait=10.0):
     """Start a holder in its own session unless one runs; wait until it holds the locks; returns its pid."""
-    pid = holder_pid()
-    if pid is not None:
-        return pid
-    process = subprocess.Popen(  # pylint: disable=consider-using-with
-        [sys.executable, '-m', 'gpufleet_sim.dpkg_lock', 'hold', '--seconds', str(seconds)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.time() + wait
-    while time.time() < deadline:
-        if holder_pid() == process.pid:
-            process.stderr.close()
-            return process.pid
-        if process.poll() is not None:
-            raise SystemExit('dpkg_lock: the holder ended (rc=%s): %s' % (process.returncode, process.stderr.read().decode('utf-8', 'replace').strip()))
-        time.sleep(0.05)
-    process.kill()
-    raise SystemExit('dpkg_lock: the holder did not take the locks in %ds' % wait)
+    return holder.start(PID_FILE, 'gpufleet_sim.dpkg_lock', ['--seconds', str(seconds)], 'take the locks', wait)
 
 
 def stop(wait=10.0):
     """End a running holder (SIGTERM); returns its pid or None when none ran."""
-    pid = holder_pid()
-    if pid is None:
-        return None
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.time() + wait
-    while time.time() < deadline and holder_pid() == pid:
-        time.sleep(0.05)
-    return pid
+    return holder.stop(PID_FILE, wait)
 
 
 def _seconds(given):

@@ -21,24 +21,12 @@ driver behind them on the host, so ``open(O_RDWR)`` can fail with ENXIO or EPERM
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 
-from gpufleet_sim import state
+from gpufleet_sim import holder, state
 
 PID_FILE = 'run/gpufleet-sim/gpu-held.pid'
 DEFAULT_SECONDS = 3600
-
-
-class _Stop(Exception):
-    """Raised by the signal handler to leave the hold early."""
-
-
-def _handler(signum, frame):
-    del frame
-    raise _Stop(signum)
 
 
 def devices(gpu):
@@ -57,74 +45,30 @@ def open_device(relative):
 
 def holder_pid():
     """Pid of the running holder, None when none runs."""
-    text = state.read_text(PID_FILE)
-    if text is None or not text.strip().isdigit():
-        return None
-    pid = int(text.strip())
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return None
-    return pid
+    return holder.holder_pid(PID_FILE)
 
 
 def hold(gpu, seconds):
     """Open the GPU's device nodes, keep them open ``seconds`` (or until SIGTERM); returns the exit status."""
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, _handler)
-    descriptors = []
-    try:
+    def acquire(descriptors):
         for relative in devices(gpu):
             try:
                 descriptors.append(open_device(relative))
             except OSError as exc:
                 sys.stderr.write('gpu_hold: cannot open %s: %s\n' % (state.path(relative), exc.strerror))
                 return 1
-        state.write_text(PID_FILE, '%d\n' % os.getpid())
-        deadline = time.time() + seconds
-        while time.time() < deadline:
-            time.sleep(min(0.5, max(0.0, deadline - time.time())))
-    except _Stop:
-        pass
-    finally:
-        text = state.read_text(PID_FILE)
-        if text is not None and text.strip() == str(os.getpid()):
-            state.remove(PID_FILE)
-        for descriptor in reversed(descriptors):
-            os.close(descriptor)
-    return 0
+        return None
+    return holder.hold(PID_FILE, seconds, acquire)
 
 
 def start(gpu, seconds, wait=10.0):
     """Start a holder in its own session unless one runs; wait until it holds the devices; returns its pid."""
-    pid = holder_pid()
-    if pid is not None:
-        return pid
-    process = subprocess.Popen(  # pylint: disable=consider-using-with
-        [sys.executable, '-m', 'gpufleet_sim.gpu_hold', 'hold', '--gpu', str(gpu), '--seconds', str(seconds)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.time() + wait
-    while time.time() < deadline:
-        if holder_pid() == process.pid:
-            process.stderr.close()
-            return process.pid
-        if process.poll() is not None:
-            raise SystemExit('gpu_hold: the holder ended (rc=%s): %s' % (process.returncode, process.stderr.read().decode('utf-8', 'replace').strip()))
-        time.sleep(0.05)
-    process.kill()
-    raise SystemExit('gpu_hold: the holder did not open the devices in %ds' % wait)
+    return holder.start(PID_FILE, 'gpufleet_sim.gpu_hold', ['--gpu', str(gpu), '--seconds', str(seconds)], 'open the devices', wait)
 
 
 def stop(wait=10.0):
     """End a running holder (SIGTERM); returns its pid or None when none ran."""
-    pid = holder_pid()
-    if pid is None:
-        return None
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.time() + wait
-    while time.time() < deadline and holder_pid() == pid:
-        time.sleep(0.05)
-    return pid
+    return holder.stop(PID_FILE, wait)
 
 
 def main(argv=None):
