@@ -66,27 +66,6 @@ class Scenario:
         self.observation = text
 
 
-class Recorder:
-    """The session's scenarios (one instance, conftest.py's ``reliability`` fixture hands it out per test)."""
-
-    def __init__(self):
-        self.scenarios = []
-        self.current_test = None
-
-    def scenario(self, category, name, injected):
-        for other in self.scenarios:
-            if (other.category, other.name) == (category, name):
-                raise ValueError('scenario %r recorded twice (%s and %s)' % (name, other.test, self.current_test))
-        scenario = Scenario(category, name, injected, self.current_test)
-        self.scenarios.append(scenario)
-        return scenario
-
-    # The invariants, here so that a scenario test reaches them through its one fixture.
-    check_rollout = staticmethod(lambda *args, **kwargs: check_rollout(*args, **kwargs))
-    check_no_markers = staticmethod(lambda *args, **kwargs: check_no_markers(*args, **kwargs))
-    check_clear_error = staticmethod(lambda *args, **kwargs: check_clear_error(*args, **kwargs))
-
-
 # --------------------------------------------------------------------------------------------------- invariants
 
 def read_run(run_dir, run_id=None):
@@ -170,6 +149,27 @@ def check_clear_error(output, host, *fields):
     for field in fields:
         assert field in output, 'the error does not name %r:\n%s' % (field, output[-4000:])
     return True
+
+
+class Recorder:
+    """The session's scenarios (one instance, conftest.py's ``reliability`` fixture hands it out per test)."""
+
+    def __init__(self):
+        self.scenarios = []
+        self.current_test = None
+
+    def scenario(self, category, name, injected):
+        for other in self.scenarios:
+            if (other.category, other.name) == (category, name):
+                raise ValueError('scenario %r recorded twice (%s and %s)' % (name, other.test, self.current_test))
+        scenario = Scenario(category, name, injected, self.current_test)
+        self.scenarios.append(scenario)
+        return scenario
+
+    # The invariants, here so that a scenario test reaches them through its one fixture.
+    check_rollout = staticmethod(check_rollout)
+    check_no_markers = staticmethod(check_no_markers)
+    check_clear_error = staticmethod(check_clear_error)
 
 
 # --------------------------------------------------------------------------------------------------- the document
