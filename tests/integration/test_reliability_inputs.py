@@ -429,6 +429,25 @@ def _kube_cluster(base):
     return fake_apiserver, server, kubeconfig
 
 
+def _record_requests(server, requests):
+    """Append (path, Authorization header) of every request ``server`` answers to ``requests``; None restores the handler."""
+    handler = server.RequestHandlerClass
+    if requests is None:
+        if '_gpufleet_original' in handler.__dict__:
+            handler.parse_request = handler._gpufleet_original  # pylint: disable=protected-access
+            del handler._gpufleet_original
+        return
+    original = handler.__dict__.get('_gpufleet_original') or handler.parse_request
+    handler._gpufleet_original = original  # pylint: disable=protected-access
+
+    def parse_request(self):
+        parsed = original(self)
+        requests.append((getattr(self, 'path', ''), self.headers.get('Authorization', '') if self.headers else ''))
+        return parsed
+
+    handler.parse_request = parse_request
+
+
 def _every_artifact(*folders):
     """{path: text} of every file under ``folders``."""
     found = {}
@@ -442,29 +461,22 @@ def _every_artifact(*folders):
 
 
 def test_a_kubeconfig_token_appears_in_no_artifact_at_vvvv(tmp_path, reliability):
-    """node_drain cordons and uncordons a node with a kubeconfig whose user holds a bearer token: the token reaches the API
-    (the server saw it) and appears nowhere: -vvvv output, the fleet report, the ansible log, the node's events."""
+    """Moved from test_node_drain.py and extended: node_drain cordons a node with a kubeconfig whose user holds a bearer
+    token; the token reaches the API (the server saw it) and appears nowhere: -vvvv output, the fleet report, the ansible
+    log, the node's events and annotations."""
     scenario = reliability.scenario('secrets', 'kubeconfig bearer token (node_drain at -vvvv)',
-                                    injected='node_drain cordon + uncordon, kubeconfig users[0].user.token, fleet_report, ANSIBLE_LOG_PATH')
+                                    injected='node_drain cordon, kubeconfig users[0].user.token, fleet_report, ANSIBLE_LOG_PATH')
     token = 'gpufleet-test-token-' + base64.b64encode(b'secret-value-%d' % os.getpid()).decode()
     base = str(tmp_path)
     fake_apiserver, server, kubeconfig = _kube_cluster(base)
+    requests = []
     try:
+        _record_requests(server, requests)
         with open(kubeconfig, encoding='utf-8') as handle:
             config = json.load(handle)
         config['users'][0]['user'] = {'token': token}
         with open(kubeconfig, 'w', encoding='utf-8') as handle:
             json.dump(config, handle)
-        seen = []
-        handler = server.RequestHandlerClass
-        original = handler.parse_request
-
-        def parse_request(self):
-            parsed = original(self)
-            seen.append(self.headers.get('Authorization', ''))
-            return parsed
-
-        handler.parse_request = parse_request
         inventory = os.path.join(base, 'inventory.json')
         common = {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable, 'node_drain_delegate_to': 'gpu-10',
                   'node_drain_kubeconfig': kubeconfig, 'node_drain_run_id': 'secret-run', 'node_drain_timeout': 3}
@@ -474,24 +486,24 @@ def test_a_kubeconfig_token_appears_in_no_artifact_at_vvvv(tmp_path, reliability
         os.makedirs(os.path.dirname(log))
         environment = dict(ansible_environment(), ANSIBLE_STDOUT_CALLBACK='ansible.builtin.default', ANSIBLE_LOG_PATH=log,
                            ANSIBLE_CALLBACKS_ENABLED='gpufleet.lifecycle.fleet_report', GPUFLEET_REPORT_DIR=report)
-        outputs = []
-        for action in ('cordon', 'uncordon'):
-            process = subprocess.run(['ansible-playbook', '-vvvv', '-i', inventory, DRAIN_PLAY, '--limit', 'gpu-02,gpu-10',
-                                      '-e', 'node_drain_action=' + action], env=environment, cwd=ROOT, capture_output=True, text=True,
-                                     check=False, timeout=600)
-            assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
-            outputs += [process.stdout, process.stderr]
+        process = subprocess.run(['ansible-playbook', '-vvvv', '-i', inventory, DRAIN_PLAY, '--limit', 'gpu-02,gpu-10',
+                                  '-e', 'node_drain_action=cordon'], env=environment, cwd=ROOT, capture_output=True, text=True,
+                                 check=False, timeout=600)
+        assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+        outputs = [process.stdout, process.stderr]
         assert '"outcome": "done"' in outputs[0] and 'EXEC' in outputs[0]  # the -vvvv output is there
+        seen = [authorization for dummy, authorization in requests]
         assert 'Bearer ' + token in seen  # the token did reach the API
         with server.store.lock:
             stored = json.dumps(server.store.items('events')) + json.dumps(server.store.items('nodes'))
-        assert 'GpufleetCordoned' in stored and 'GpufleetUncordoned' in stored
+        assert 'GpufleetCordoned' in stored and 'secret-run' in stored  # the event and the run-id annotation were written
         artifacts = _every_artifact(report, os.path.dirname(log))
         assert os.path.join(report, 'report.json') in artifacts and log in artifacts
         where = ['stdout/stderr'] * any(token in text for text in outputs) + [path for path, text in artifacts.items() if token in text]
         where += ['events and nodes'] * (token in stored)
         assert not where, 'the token appears in %s' % where
     finally:
+        _record_requests(server, None)
         fake_apiserver.stop(server)
     scenario.observed('the token reached the API; it is in none of: -vvvv stdout and stderr, the fleet report (%s), the ansible log, '
                       'the node\'s events and annotations' % ', '.join(sorted(os.path.basename(path) for path in artifacts
@@ -564,3 +576,148 @@ def test_hung_tools_and_odd_bytes_give_facts_within_the_limit(fleet, tmp_path, r
     hung_scenario.observed('both killed with their process group within the 3 s limit: node broken (nvidia_smi_hung); the package '
                            'listing empty with package_error and a warning')
     bytes_scenario.observed('facts read; the bytes kept as \\\\xNN escapes, the terminal escape as \\\\x1b, nothing raw in the output')
+
+
+# ---------------------------------------------------------------------------------------------------- node names that reach the Kubernetes API
+
+# host -> (node name, the scenario's name)
+KUBE_NAMES = {
+    'kube-selector': ('gpu-02,metadata.name!=x', 'Kubernetes node name: a field selector (,metadata.name!=x)'),
+    'kube-traversal': ('../../api/v1/namespaces', 'Kubernetes node name: an API path (../../api/v1/namespaces)'),
+    'kube-query': ('gpu-02?watch=true', 'Kubernetes node name: a query string (?watch=true)'),
+    'kube-newline': ('gpu-02\nx', 'Kubernetes node name: a newline'),
+    'kube-substitution': (SUBSTITUTION, 'Kubernetes node name: $(command substitution)'),
+    'kube-dash': (OPTION, 'Kubernetes node name: --output=FILE (an option)'),
+}
+
+
+def test_a_hostile_kubernetes_node_name_never_reaches_the_api(tmp_path, reliability):
+    scenarios = dict((host, reliability.scenario('hostile input', scenario_name, injected='node_drain (Kubernetes, cordon), '
+                                                 'node_drain_node_name %r' % name))
+                     for host, (name, scenario_name) in KUBE_NAMES.items())
+    base = str(tmp_path)
+    fake_apiserver, server, kubeconfig = _kube_cluster(base)
+    requests = []
+    try:
+        with server.store.lock:
+            before = json.dumps(server.store.items('nodes'), sort_keys=True)
+        _record_requests(server, requests)
+        inventory = os.path.join(base, 'inventory.json')
+        hosts = dict((host, {'node_drain_node_name': name, 'node_drain_action': 'cordon'}) for host, (name, dummy) in KUBE_NAMES.items())
+        hosts['gpu-10'] = {'node_drain_action': 'status'}
+        common = {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable, 'node_drain_delegate_to': 'gpu-10',
+                  'node_drain_kubeconfig': kubeconfig, 'node_drain_run_id': 'hostile-names', 'node_drain_timeout': 3}
+        with open(inventory, 'w', encoding='utf-8') as handle:
+            json.dump({'all': {'vars': common, 'hosts': hosts}}, handle)
+        result = run_playbook(DRAIN_PLAY, inventory, '--limit', ','.join(KUBE_NAMES))
+        with server.store.lock:
+            after = json.dumps(server.store.items('nodes'), sort_keys=True)
+            events = server.store.items('events')
+    finally:
+        _record_requests(server, None)
+        fake_apiserver.stop(server)
+    assert requests == [], requests  # not one request: the names were refused before the first
+    assert after == before and events == []
+    fleet = Fleet(base)
+    for host, (name, dummy) in KUBE_NAMES.items():
+        failed = [outcome for play in result.document['plays'] for task in play['tasks']
+                  for each, outcome in task['hosts'].items() if each == host and outcome.get('failed')]
+        assert len(failed) == 1, result.document
+        message = failed[0]['msg']
+        assert 'node_drain_node_name: %r is not a Kubernetes node name' % name in message, message
+        reliability.check_clear_error(json.dumps({host: message}) + result.stderr, host, 'node_drain_node_name')
+        for folder in marker_folders(base, fleet):
+            reliability.check_no_markers(folder)
+        scenarios[host].observed('refused before any API request (the API saw none, no node or event changed): %s'
+                                 % message[message.index('node_drain_node_name: '):][:160])
+
+
+# ---------------------------------------------------------------------------------------------------- the BMC password
+
+BMC_PLAY = """---
+- name: Power-cycle the node through its BMC
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Run the BMC power cycle of node_upgrade
+      ansible.builtin.include_role:
+        name: gpufleet.lifecycle.node_upgrade
+        tasks_from: bmc
+"""
+
+
+class _Power:
+    """The power switch of a stand-in node: records what the BMC did."""
+
+    def __init__(self):
+        self.current, self.calls = 'On', []
+
+    def state(self):
+        return self.current
+
+    def _do(self, name, state):
+        self.calls.append(name)
+        self.current = state
+
+    def on(self):
+        self._do('on', 'On')
+
+    def force_off(self):
+        self._do('force_off', 'Off')
+
+    def graceful_shutdown(self):
+        self._do('graceful_shutdown', 'Off')
+
+    def graceful_restart(self):
+        self._do('graceful_restart', 'On')
+
+
+def test_a_bmc_password_appears_in_no_artifact_at_vvvv(tmp_path, reliability):
+    """node_upgrade's BMC power cycle (community.general.redfish_command against tests/sim/redfish's Redfish service) with the
+    right password on one host and a wrong one on another: neither password appears in -vvvv output, the fleet report or
+    the ansible log; the right one did reach the BMC (the node was power-cycled), the wrong one was refused."""
+    scenario = reliability.scenario('secrets', 'BMC password (node_upgrade power cycle at -vvvv)',
+                                    injected='node_upgrade tasks_from bmc, node_upgrade_bmc_password right on bmc-ok, wrong on bmc-wrong, '
+                                             'fleet_report, ANSIBLE_LOG_PATH')
+    sys.path.insert(0, os.path.join(ROOT, 'tests', 'sim', 'redfish'))
+    import redfish_bmc  # pylint: disable=import-outside-toplevel,import-error
+    base = str(tmp_path)
+    password, wrong = 'gpufleet-bmc-pass-%d' % os.getpid(), 'gpufleet-wrong-pass-%d' % os.getpid()
+    cert, key = os.path.join(base, 'cert.pem'), os.path.join(base, 'key.pem')
+    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
+                    '-subj', '/CN=test', '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', key, '-out', cert],
+                   check=True, capture_output=True, timeout=60)
+    power = _Power()
+    server = redfish_bmc.serve(redfish_bmc.Bmc('bmc-ok', 'admin', password, power), 0, cert, key)
+    try:
+        address = '127.0.0.1:%d' % server.server_address[1]
+        common = {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable, 'node_upgrade_bmc_address': address,
+                  'node_upgrade_bmc_user': 'admin', 'node_upgrade_reboot_timeout': 10, 'node_upgrade_boot_time_command': 'date +%s%N'}
+        inventory = os.path.join(base, 'inventory.json')
+        with open(inventory, 'w', encoding='utf-8') as handle:
+            json.dump({'all': {'vars': common, 'hosts': {'bmc-ok': {'node_upgrade_bmc_password': password},
+                                                         'bmc-wrong': {'node_upgrade_bmc_password': wrong}}}}, handle)
+        playbook = os.path.join(base, 'bmc.yml')
+        with open(playbook, 'w', encoding='utf-8') as handle:
+            handle.write(BMC_PLAY)
+        report, log = os.path.join(base, 'report'), os.path.join(base, 'log', 'ansible.log')
+        os.makedirs(os.path.dirname(log))
+        environment = dict(ansible_environment(), ANSIBLE_STDOUT_CALLBACK='ansible.builtin.default', ANSIBLE_LOG_PATH=log,
+                           ANSIBLE_CALLBACKS_ENABLED='gpufleet.lifecycle.fleet_report', GPUFLEET_REPORT_DIR=report)
+        process = subprocess.run(['ansible-playbook', '-vvvv', '-i', inventory, playbook], env=environment, cwd=ROOT,
+                                 capture_output=True, text=True, check=False, timeout=600)
+    finally:
+        server.shutdown()
+        server.server_close()
+    output = process.stdout + process.stderr
+    assert power.calls == ['force_off', 'on'], (power.calls, output[-3000:])  # the right password got there: one power cycle
+    assert 'fatal: [bmc-wrong -> localhost]' in output and 'censored' in output, output[-3000:]
+    assert 'EXEC' in output  # the -vvvv output is there
+    artifacts = _every_artifact(report, os.path.dirname(log))
+    assert os.path.join(report, 'report.json') in artifacts and log in artifacts
+    for secret in (password, wrong):
+        where = ['stdout/stderr'] * (secret in output) + [path for path, text in artifacts.items() if secret in text]
+        assert not where, 'a BMC password appears in %s' % where
+    scenario.observed('the right password power-cycled bmc-ok, the wrong one failed bmc-wrong (output censored); neither is in '
+                      '-vvvv stdout and stderr, the fleet report (%s) or the ansible log'
+                      % ', '.join(sorted(os.path.basename(path) for path in artifacts if path.startswith(report))))
