@@ -505,9 +505,9 @@ def test_a_kubeconfig_token_appears_in_no_artifact_at_vvvv(tmp_path, reliability
     finally:
         _record_requests(server, None)
         fake_apiserver.stop(server)
+    files = ', '.join(sorted(os.path.basename(path) for path in artifacts if path.startswith(report)))
     scenario.observed('the token reached the API; it is in none of: -vvvv stdout and stderr, the fleet report (%s), the ansible log, '
-                      'the node\'s events and annotations' % ', '.join(sorted(os.path.basename(path) for path in artifacts
-                                                                               if path.startswith(report))))
+                      'the node\'s events and annotations' % files)
 
 
 # ---------------------------------------------------------------------------------------------------- hung tools, odd bytes
