@@ -192,6 +192,18 @@ def run(argv, timeout, environment=None, data=None, cwd=None, errors='backslashr
     }
 
 
+def signal_name(rc):
+    """``signal 11 (SIGSEGV)`` when the return code ``rc`` says a signal killed the command (negative, as subprocess gives
+    it); None otherwise."""
+    if isinstance(rc, bool) or not isinstance(rc, int) or rc >= 0:
+        return None
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:
+        return 'signal %d' % -rc
+    return 'signal %d (%s)' % (-rc, name)
+
+
 def describe_timeout(result):
     """``nvidia-smi -q -x did not finish within 60 s and was killed (with its process group)``."""
     return '%s did not finish within %s s and was killed (with its process group)' % (result['command'], _seconds(result['timeout']))

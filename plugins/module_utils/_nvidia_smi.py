@@ -20,7 +20,7 @@ printed as "not available".
 import re
 import xml.etree.ElementTree as ET
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._command import escape_controls, to_text
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._command import escape_controls, signal_name, to_text
 
 SCHEMA_VERSION = 1
 
@@ -45,6 +45,11 @@ _INT_RE = re.compile(r'\s*([-+]?\d+)(?![\d.])')
 _FLOAT_RE = re.compile(r'\s*([-+]?\d+(?:\.\d+)?)')
 _HEX_ID_RE = re.compile(r'(?:0[xX])?([0-9a-fA-F]+)$')
 _ENTITY_RE = re.compile(r'<!ENTITY', re.IGNORECASE)
+_DOCTYPE_RE = re.compile(r'<!DOCTYPE', re.IGNORECASE)
+# The one document type declaration nvidia-smi prints: a bare DTD file name, no internal subset.
+_NVSMI_DOCTYPE_RE = re.compile(r'<!DOCTYPE[ \t\r\n]+nvidia_smi_log[ \t\r\n]+SYSTEM[ \t\r\n]+"nvsmi_device_v[0-9]{1,3}\.dtd"[ \t\r\n]*>')
+# A real document is a few kB per GPU (about 90 kB for two GPUs with every section); far more is not nvidia-smi's.
+XML_MAX_CHARS = 16 * 1024 * 1024
 _XML_START_RE = re.compile(r'<\?xml|<!DOCTYPE|<nvidia_smi_log[\s>/]')
 _ROOT_TAG = 'nvidia_smi_log'
 _ROOT_END = '</nvidia_smi_log>'
@@ -143,13 +148,34 @@ def _decode(text):
     return to_text(text).lstrip('\ufeff')
 
 
+def _refuse_dtd(text):
+    """Refuse what could make the XML parser expand entities or read other files, before it sees the document.
+
+    nvidia-smi declares no entity and prints one fixed ``<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_vNN.dtd">``;
+    any entity declaration (entity expansion, "billion laughs") and any other document type declaration (an internal
+    subset, a ``SYSTEM``/``PUBLIC`` identifier naming another file or URL: external entities) is refused.
+    """
+    if _ENTITY_RE.search(text):
+        raise NvidiaSmiParseError('document declares XML entities (<!ENTITY>); nvidia-smi never does, refusing to parse it')
+    for match in _DOCTYPE_RE.finditer(text):
+        if not _NVSMI_DOCTYPE_RE.match(text, match.start()):
+            declaration = text[match.start():match.start() + 120].split('>', 1)[0]
+            raise NvidiaSmiParseError('document type declaration %r is not nvidia-smi\'s (<!DOCTYPE nvidia_smi_log SYSTEM '
+                                      '"nvsmi_device_vNN.dtd">); refusing a DTD that could declare entities or name an external '
+                                      'file' % escape_controls(declaration, keep_newlines=False))
+    if len(_DOCTYPE_RE.findall(text)) > 1:
+        raise NvidiaSmiParseError('document has more than one document type declaration; refusing to parse it')
+
+
 def _parse_root(text):
     """Parse the document and return its ``nvidia_smi_log`` root element."""
     text = _decode(text)
+    if len(text) > XML_MAX_CHARS:
+        raise NvidiaSmiParseError('document is %d characters long; an nvidia-smi -q -x document has at most %d, refusing to parse it'
+                                  % (len(text), XML_MAX_CHARS))
     if not text.strip():
         raise NvidiaSmiParseError('empty document: nvidia-smi printed no XML')
-    if _ENTITY_RE.search(text):
-        raise NvidiaSmiParseError('document declares XML entities (<!ENTITY>); nvidia-smi never does, refusing to parse it')
+    _refuse_dtd(text)
     # Tolerate a stray line (a warning) printed before the XML declaration or after the root element.
     stripped = text.lstrip()
     if not stripped.startswith('<'):
@@ -381,6 +407,9 @@ def classify_failure(rc, stdout, stderr):
                 matched = [line for line in lines if pattern.search(line) or _NVML_VERSION_RE.search(line)]
             return {'reason': reason, 'message': '\n'.join(matched), 'nvml_library_version': nvml_version}
     message = '\n'.join(lines) if lines else 'nvidia-smi exited with return code %s and printed nothing' % rc
+    killed = signal_name(rc)
+    if killed:
+        message = 'nvidia-smi was killed by %s%s' % (killed, ': ' + message if lines else ' and printed nothing')
     return {'reason': 'nvidia_smi_failed', 'message': message, 'nvml_library_version': nvml_version}
 
 

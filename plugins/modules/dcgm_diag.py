@@ -199,6 +199,10 @@ class CouldNotRun(Exception):
 
 def _could_not_run(argv, rc, stdout, stderr):
     failure = _dcgm.classify_failure(rc, stdout, stderr)
+    killed = _command.signal_name(rc)
+    if killed:
+        # subprocess gives a signal as a negative return code; dcgmi's own exit status is never negative.
+        failure = dict(reason='dcgmi_failed', message='dcgmi was killed by %s' % killed)
     return CouldNotRun(msg=_command.escape_controls('dcgmi diag could not run (%s): %s' % (failure['reason'], failure['message'])),
                        reason=failure['reason'], cmd=argv, dcgmi_rc=rc, stdout=stdout, stderr=stderr)
 

@@ -44,6 +44,9 @@ TAINT_EFFECTS = ('NoSchedule', 'PreferNoSchedule', 'NoExecute')
 MIRROR_ANNOTATION = 'kubernetes.io/config.mirror'
 # A pod named in a failure message: "Failed to delete pod ml/train-0 due to: ...", "pod ml/x uses emptyDir ...".
 NAMED_POD = re.compile(r'[Pp]ods? ([a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9.-]*)')
+# A Node's name is a DNS subdomain (RFC 1123): dot-separated labels of lowercase letters, digits and "-", at most 253.
+NODE_NAME_MAX = 253
+NODE_NAME_LABEL = re.compile(r'^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z')
 LABEL_VALUE_CHARS = re.compile(r'[^A-Za-z0-9_.-]+')
 LABEL_VALUE_ENDS = re.compile(r'^[^A-Za-z0-9]+|[^A-Za-z0-9]+$')
 
@@ -89,6 +92,20 @@ def _mapping(value):
 
 def _sequence(value):
     return value if isinstance(value, list) else []
+
+
+def check_node_name(name, field='node_drain_node_name'):
+    """``name`` when it can be a Kubernetes node's name; KubeError naming ``field`` otherwise.
+
+    Checked before the name goes into an API path or a field selector (``spec.nodeName=NAME``), where a ``,``, ``/``,
+    ``?`` or a newline would change what is asked for.
+    """
+    shown = repr(name) if len(repr(name)) <= 100 else repr(name)[:100] + '...'
+    if not isinstance(name, str) or not name or len(name) > NODE_NAME_MAX or \
+            not all(NODE_NAME_LABEL.match(label) for label in name.split('.')):
+        raise KubeError('%s: %s is not a Kubernetes node name: a DNS subdomain of lowercase letters, digits, "-" and ".", each '
+                        'dot-separated part starting and ending with a letter or digit, at most %d characters' % (field, shown, NODE_NAME_MAX))
+    return name
 
 
 def find_node(document, name):
@@ -235,7 +252,7 @@ def node_plan(document, name, action='status', scheduler='kubernetes', reason='m
         raise KubeError('node %s: node_drain_action must be one of %s, not %r' % (name, ', '.join(ACTIONS), action))
     if scheduler not in SCHEDULERS:
         raise KubeError('node %s: node_drain_scheduler must be one of %s here, not %r' % (name, ', '.join(SCHEDULERS), scheduler))
-    status = node_status(find_node(document, name), scheduler, flag(skip))
+    status = node_status(find_node(document, check_node_name(name)), scheduler, flag(skip))
     outcome, message = decide(status, action, flag(respect_existing))
     plan = {'status': status, 'outcome': outcome, 'message': message, 'original': status}
     if outcome != 'pending':

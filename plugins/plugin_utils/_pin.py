@@ -180,6 +180,10 @@ def parse_yaml(text, source='baseline.yml'):
         mark = getattr(exc, 'problem_mark', None)
         where = ' line %d' % (mark.line + 1) if mark is not None else ''
         raise PinError('%s%s: not valid YAML: %s' % (source, where, getattr(exc, 'problem', None) or exc))
+    except RecursionError:
+        # PyYAML composes nested collections recursively: a pin is flat, so deep nesting is refused, not a crash.
+        raise PinError('%s: not valid YAML for a pin: collections nested too deeply (a pin is a flat mapping of component '
+                       'to version)' % source) from None
     if node is None:
         return _normalized({}, {}, source)
     previous_node = None

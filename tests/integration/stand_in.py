@@ -24,6 +24,7 @@ Optional keys of a response, for odd and broken tools:
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -63,6 +64,10 @@ def main():
             sys.stderr.flush()
             if response.get('hang'):
                 _hang(response)
+            if response.get('signal'):
+                if response['signal'] not in (signal.SIGKILL, signal.SIGSTOP):
+                    signal.signal(response['signal'], signal.SIG_DFL)
+                os.kill(os.getpid(), response['signal'])
             return response.get('rc', 0)
     sys.stderr.write('%s: stand-in has no response for %r\n' % (spec['tool'], arguments))
     return 2

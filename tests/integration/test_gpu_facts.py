@@ -6,9 +6,7 @@
 import json
 import os
 
-import pytest
-
-from conftest import drift_stand_ins, ROOT, pids_alive, real, run_playbook
+from conftest import drift_stand_ins, ROOT, real, run_playbook
 
 FACTS_PLAY = os.path.join(os.path.dirname(__file__), 'playbooks', 'gpu_facts.yml')
 DRIFT_REPORT = os.path.join(ROOT, 'playbooks', 'drift_report.yml')
@@ -122,48 +120,7 @@ def test_drift_report_check_diff(fleet, tmp_path):
     assert message == {'in_sync': ['in-sync'], 'drifted': ['old-driver'], 'broken': ['mismatch'], 'not_checked': [], 'not_reported': []}
 
 
-def test_bad_pin_fails_naming_host_file_and_line(fleet, tmp_path):
-    fleet.host('node-a').tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': real('nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml')})
-    pin = tmp_path / 'baseline.env'
-    pin.write_text('DRIVER_VERSION=535.54.03\nDRIVR_VERSION=535\n', encoding='utf-8')
-    result = run_playbook(DRIFT_REPORT, fleet.inventory(), '--check', '--diff', '-e', 'gpufleet_pin_file=%s' % pin)
-    assert result.rc != 0
-    outcome = result.task('Compare the stack with the pin')['node-a']
-    assert outcome['failed']
-    assert outcome['msg'] == ('node-a: %s line 2: unknown key DRIVR_VERSION; valid keys: KERNEL_VERSION, DRIVER_VERSION, CUDA_DRIVER_VERSION, '
-                              'GSP_FIRMWARE_VERSION, VBIOS_VERSION, FABRIC_MANAGER_VERSION, CONTAINER_TOOLKIT_VERSION, DCGM_VERSION, '
-                              'CUDA_TOOLKIT_VERSION (prefix PREV_ for the previous pin)' % pin)
-    assert 'Traceback' not in result.stderr
-
-
-@pytest.mark.parametrize('kind, message', [
-    ('empty', ': pins nothing (no component has a version)'),
-    ('fifo', ': is a FIFO, not a pin file'),
-    ('huge', ': is 52428800 bytes; a pin file has at most 262144'),
-    ('directory', ': is a directory, not a pin file'),
-    ('not-a-version', " line 1: DRIVER_VERSION: '535.54.03;reboot' is not a version"),
-])
-def test_a_file_that_is_not_a_pin_is_refused_at_once_naming_it(fleet, tmp_path, kind, message):
-    """Fail closed: an empty pin never reads as in sync; a FIFO (which would block a plain read forever), a huge
-    file or a directory is refused before it is read."""
-    fleet.host('node-a').tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': real('nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml')})
-    pin = tmp_path / 'baseline.env'
-    if kind == 'empty':
-        pin.write_text('', encoding='utf-8')
-    elif kind == 'fifo':
-        os.mkfifo(str(pin))
-    elif kind == 'huge':
-        with open(str(pin), 'wb') as handle:
-            handle.truncate(50 * 1024 * 1024)
-    elif kind == 'directory':
-        pin.mkdir()
-    else:
-        pin.write_text('DRIVER_VERSION="535.54.03;reboot"\n', encoding='utf-8')
-    result = run_playbook(DRIFT_REPORT, fleet.inventory(), '--check', '--diff', '-e', 'gpufleet_pin_file=%s' % pin)
-    assert result.rc != 0
-    outcome = result.task('Compare the stack with the pin')['node-a']
-    assert outcome['failed'] and outcome['msg'].startswith('node-a: %s' % pin) and message in outcome['msg'], outcome['msg']
-    assert 'Traceback' not in result.stderr
+# Bad pin files (unknown key, empty, FIFO, huge, directory, not a version, ...): test_reliability_inputs.py.
 
 
 def test_a_number_in_the_pin_variable_is_refused_with_the_quoting_hint(fleet):
@@ -193,58 +150,4 @@ def test_wrong_shaped_facts_are_refused_naming_the_field(fleet, tmp_path):
     assert 'Traceback' not in result.stderr
 
 
-LIMITS_PLAY = os.path.join(os.path.dirname(__file__), 'playbooks', 'gpu_facts_limits.yml')
-
-
-def test_hung_tools_and_odd_bytes_give_facts_within_the_limit(fleet, tmp_path):
-    a100 = real('nvidia-smi-xml', 'telegraf_a100-sxm4-80gb_535.54.03_v12.xml')
-    with open(a100, 'rb') as handle:
-        xml = handle.read()
-    smi_pids = str(tmp_path / 'nvidia-smi.pids')
-    # nvidia-smi stuck on a GPU (it and a child holding its output), nothing printed after the XML declaration.
-    fleet.host('hung-smi').tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout': '<?xml version="1.0" ?>\n', 'hang': 300,
-                                               'hang_child': True, 'pid_file': smi_pids})
-    # A dpkg lock or a stuck NFS mount: the listing never ends.
-    hung_dpkg = fleet.host('hung-dpkg')
-    hung_dpkg.tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_file': a100})
-    hung_dpkg.tool('dpkg-query', {'args': ['-W'], 'stdout': DPKG_LISTING[:40], 'hang': 300})
-    # Bytes that are not UTF-8 in the GPU name, in a package name and in a banner.
-    odd = fleet.host('odd-bytes')
-    odd.tool('nvidia-smi', {'args': ['-q', '-x'], 'stdout_hex': xml.replace(b'NVIDIA A100-SXM4-80GB', b'NVIDIA A100-SXM4-80GB\xff', 1).hex()})
-    odd.tool('dpkg-query', {'args': ['-W'], 'stdout_hex': (DPKG_LISTING.encode('utf-8') + b'nvidia-\xfe\xffutils-535\t535.129.03-0ubuntu1\tii \n').hex()})
-    odd.tool('nvidia-ctk', {'args': ['--version'], 'stdout_hex': b'NVIDIA Container Toolkit CLI version 1.12.0\ncommit: 1c4a2e1\x1b[2J\xff\n'.hex()})
-    # A driver that cannot be reached, with a terminal escape in its message.
-    fleet.host('escape').tool('nvidia-smi', {'args': [], 'rc': 9, 'stdout_hex': (
-        b"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\x1b]0;owned\x07 Make sure that the latest "
-        b"NVIDIA driver is installed and running.\n").hex()})
-
-    result = run_playbook(LIMITS_PLAY, fleet.inventory())
-    assert result.rc == 0, result.document
-    # Each host returns within its limit plus a few seconds (they run in parallel).
-    assert result.seconds('Read the GPU stack with short time limits') < 3 + 12
-    outcome = result.task('Read the GPU stack with short time limits')
-    facts = dict((host, item['ansible_facts']['gpufleet']) for host, item in outcome.items())
-
-    hung = facts['hung-smi']
-    assert (hung['health'], hung['health_reason']) == ('broken', 'nvidia_smi_hung')
-    assert hung['health_message'].startswith('%s/nvidia-smi -q -x did not finish within 3 s and was killed' % fleet.hosts['hung-smi'].bin)
-    assert hung['gpus'] == [] and hung['driver_version'] is None
-    with open(smi_pids, encoding='utf-8') as handle:
-        assert len(handle.read().split()) == 2
-    assert pids_alive(smi_pids) == []
-
-    listing = facts['hung-dpkg']
-    assert listing['health'] == 'ok' and listing['packages'] == {}
-    assert 'dpkg-query -W -f' in listing['package_error']
-    assert listing['package_error'].endswith('did not finish within 3 s and was killed (with its process group)')
-    assert any('dpkg-query -W -f' in warning for warning in outcome['hung-dpkg']['warnings'])
-
-    node = facts['odd-bytes']
-    assert node['health'] == 'ok' and node['gpus'][0]['name'] == 'NVIDIA A100-SXM4-80GB\\xff'
-    assert node['packages']['nvidia-\\xfe\\xffutils-535'] == '535.129.03-0ubuntu1'
-    assert node['packages']['nvidia-driver-535'] == '535.129.03-0ubuntu0.22.04.1'
-    assert node['tools']['nvidia_ctk'] == '1.12.0'
-
-    escaped = facts['escape']
-    assert escaped['health_reason'] == 'driver_unreachable' and '\x1b' not in escaped['health_message']
-    assert "communicate with the NVIDIA driver.\\x1b]0;owned\\x07 Make sure" in escaped['health_message']
+# Hung tools and bytes that are not UTF-8 (gpu_facts with short limits): test_reliability_inputs.py.

@@ -158,3 +158,16 @@ def test_bad_environment_is_refused_without_showing_the_value(environment, messa
 def test_environment_values_become_text():
     assert _command.check_environment({'SLURM_CONF': '/etc/slurm/slurm.conf', 'N': 3}) == {'SLURM_CONF': '/etc/slurm/slurm.conf', 'N': '3'}
     assert _command.check_environment(None) == {}
+
+
+@pytest.mark.parametrize('rc, expected', [
+    (-11, 'signal 11 (SIGSEGV)'), (-9, 'signal 9 (SIGKILL)'), (-15, 'signal 15 (SIGTERM)'), (-200, 'signal 200'),
+    (0, None), (1, None), (139, None), (None, None), (True, None), ('-9', None),
+])
+def test_signal_name(rc, expected):
+    assert _command.signal_name(rc) == expected
+
+
+def test_signal_name_of_a_real_kill():
+    result = _command.run([sys.executable, '-c', 'import os, signal; os.kill(os.getpid(), signal.SIGSEGV)'], timeout=30)
+    assert _command.signal_name(result['rc']) == 'signal 11 (SIGSEGV)'

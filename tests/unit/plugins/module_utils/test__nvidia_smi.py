@@ -383,6 +383,74 @@ def test_bad_input_raises_parse_error(text, message):
     assert isinstance(info.value, ValueError)
 
 
+BILLION_LAUGHS = ('<?xml version="1.0"?>\n<!DOCTYPE nvidia_smi_log [\n <!ENTITY lol "lol">\n'
+                  ' <!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">\n'
+                  ' <!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;">\n]>\n'
+                  '<nvidia_smi_log><driver_version>&lol3;</driver_version></nvidia_smi_log>\n')
+
+
+def _with_doctype(name, doctype):
+    """A real sample whose nvidia-smi DOCTYPE line is replaced by ``doctype``."""
+    text = _xml(name).decode('utf-8')
+    real = [line for line in text.splitlines() if line.startswith('<!DOCTYPE')][0]
+    return text.replace(real, doctype, 1)
+
+
+@pytest.mark.parametrize('doctype, message', [
+    ('<!DOCTYPE nvidia_smi_log SYSTEM "file:///etc/passwd">', 'is not nvidia-smi\'s'),
+    ('<!DOCTYPE nvidia_smi_log SYSTEM "http://203.0.113.7/nvsmi_device_v12.dtd">', 'is not nvidia-smi\'s'),
+    ('<!DOCTYPE nvidia_smi_log PUBLIC "-//x//EN" "nvsmi_device_v12.dtd">', 'is not nvidia-smi\'s'),
+    ('<!DOCTYPE nvidia_smi_log SYSTEM "../../etc/nvsmi_device_v12.dtd">', 'is not nvidia-smi\'s'),
+    ('<!DOCTYPE nvidia_smi_log [<!ATTLIST gpu id CDATA "x">]>', 'is not nvidia-smi\'s'),
+    ('<!DOCTYPE nvidia_smi_log [<!ENTITY % remote SYSTEM "file:///etc/passwd"> %remote;]>', 'declares XML entities'),
+    ('<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">',
+     'more than one document type declaration'),
+], ids=['external-file', 'external-url', 'public-id', 'relative-path', 'internal-subset', 'parameter-entity', 'two-doctypes'])
+def test_a_dtd_that_is_not_nvidia_smis_is_refused_before_parsing(doctype, message):
+    with pytest.raises(NvidiaSmiParseError, match=message):
+        parse_xml(_with_doctype(A100, doctype))
+
+
+def test_billion_laughs_is_refused_before_any_expansion():
+    with pytest.raises(NvidiaSmiParseError, match='declares XML entities'):
+        parse_xml(BILLION_LAUGHS)
+    with pytest.raises(NvidiaSmiParseError, match='declares XML entities'):
+        parse_xml(BILLION_LAUGHS.encode('utf-8'))
+
+
+@pytest.mark.parametrize('name', XML_SAMPLES)
+def test_every_real_doctype_is_accepted(name):
+    """The refusal is not a refusal of every DOCTYPE: each real sample carries nvidia-smi's own and parses."""
+    assert '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v' in _xml(name).decode('utf-8')
+    assert _parsed(name)['gpu_count'] >= 1
+
+
+def test_an_oversized_document_is_refused_without_parsing(monkeypatch):
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _nvidia_smi  # pylint: disable=import-outside-toplevel
+    text = _xml(A100).decode('utf-8')
+    monkeypatch.setattr(_nvidia_smi, 'XML_MAX_CHARS', len(text) - 1)
+    with pytest.raises(NvidiaSmiParseError, match='characters long; an nvidia-smi -q -x document has at most %d' % (len(text) - 1)):
+        parse_xml(text)
+    monkeypatch.setattr(_nvidia_smi, 'XML_MAX_CHARS', len(text))
+    assert parse_xml(text)['gpu_count'] == 1
+
+
+def test_the_limit_leaves_room_for_a_large_real_node():
+    """16 GPUs of the largest real sample's size (two GPUs with every section) fit far below the limit."""
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._nvidia_smi import XML_MAX_CHARS  # pylint: disable=import-outside-toplevel
+    assert len(_xml(RTX2070X2)) * 8 * 4 < XML_MAX_CHARS
+
+
+@pytest.mark.parametrize('rc, printed, message', [
+    (-11, '', 'nvidia-smi was killed by signal 11 (SIGSEGV) and printed nothing'),
+    (-9, 'Timestamp : Tue\n', 'nvidia-smi was killed by signal 9 (SIGKILL): Timestamp : Tue'),
+    (139, '', 'nvidia-smi exited with return code 139 and printed nothing'),
+])
+def test_a_tool_killed_by_a_signal_is_named_so(rc, printed, message):
+    failure = classify_failure(rc, printed, '')
+    assert failure['reason'] == 'nvidia_smi_failed' and failure['message'] == message
+
+
 # --------------------------------------------------------------------------- classify_failure
 
 @pytest.mark.parametrize('name, reason, message, nvml_version', [

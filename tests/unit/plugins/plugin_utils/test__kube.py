@@ -417,3 +417,27 @@ def test_documents_that_are_not_kubernetes_objects_are_refused():
     with pytest.raises(KubeError, match='pod document item 1 has no metadata'):
         pod_plan([load(NGINX), {'spec': {}}])
     assert pod_plan({'changed': False, 'skipped': True})['blocking'] == []
+
+
+# ------------------------------------------------------------------ node names (checked before any API request)
+
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._kube import check_node_name  # noqa: E402  pylint: disable=wrong-import-position
+
+
+@pytest.mark.parametrize('name', ['gpu-01', 'a', 'dgx-h100-07.rack3.example.com', 'x' * 63, '.'.join(['a' * 63] * 3) + '.' + 'b' * 61])
+def test_real_node_names_pass_unchanged(name):
+    assert check_node_name(name) == name
+
+
+@pytest.mark.parametrize('name', [
+    'gpu-02,metadata.name!=x', '../../api/v1/namespaces', 'gpu-02?watch=true', '$(touch MARKER1)', '--output=MARKER3',
+    '-gpu', 'gpu-', 'gpu-02\nx', 'GPU-02', 'gpu 02', 'gpu..02', '.gpu', 'gpu.', 'x' * 64, '.'.join(['a' * 63] * 4), '', None, 7,
+])
+def test_names_that_would_change_the_request_are_refused_naming_the_variable(name):
+    with pytest.raises(KubeError, match=r'^node_drain_node_name: .* is not a Kubernetes node name: a DNS subdomain'):
+        check_node_name(name)
+
+
+def test_node_plan_checks_the_name_before_looking_for_the_node():
+    with pytest.raises(KubeError, match=r"^node_drain_node_name: 'gpu-01,x' is not a Kubernetes node name"):
+        node_plan({'items': [{'metadata': {'name': 'gpu-01,x'}}]}, 'gpu-01,x')

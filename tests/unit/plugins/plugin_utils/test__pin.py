@@ -213,3 +213,17 @@ def test_bytes_that_are_not_utf8_are_refused_naming_the_line(tmp_path):
     path.write_bytes(b'driver: 580.65.06\x00\n')
     with pytest.raises(PinError, match=r'line 1: contains a NUL byte'):
         read_pin_file(str(path))
+
+
+@pytest.mark.parametrize('text', [
+    'driver: ' + '[' * 5000 + ']' * 5000 + '\n',
+    'driver: ' + '{a: ' * 3000 + '1' + '}' * 3000 + '\n',
+], ids=['lists', 'mappings'])
+def test_yaml_nested_too_deeply_is_a_pin_error_not_a_recursion_error(text):
+    with pytest.raises(PinError, match=r'^pins/deep.yml: not valid YAML for a pin: collections nested too deeply'):
+        parse_yaml(text, 'pins/deep.yml')
+
+
+def test_a_shallow_nested_value_is_still_refused_naming_the_field():
+    with pytest.raises(PinError, match='line 1: driver must be a version string'):
+        parse_yaml('driver: [[[1]]]\n', 'pins/x.yml')
