@@ -140,6 +140,13 @@ class ActionModule(ActionBase):
     def _backend(spec):
         return _ledger.open_backend(spec)
 
+    def _ledger_spec(self, args, task_vars):
+        """The ledger's backend from gpufleet_ledger_backend and friends (file: run_dir holds the ledgers; kubernetes: scratch)."""
+        variables = {name: self._var(task_vars, name) for name in _ledger.SPEC_VARIABLES if name in task_vars}
+        if not variables.get('gpufleet_kubeconfig') and args['kubeconfig']:
+            variables['gpufleet_kubeconfig'] = args['kubeconfig']
+        return _ledger.ledger_spec(variables, args['run_dir'])
+
     def _ledger(self, spec):
         if not spec.get('run_id'):
             raise GateError('ledger: run_id is missing (the start step returns the ledger to use)')
@@ -223,7 +230,7 @@ class ActionModule(ActionBase):
         domains = self._domains(task_vars, policy, nodes)
         if not args['run_dir']:
             raise GateError('run_dir: gpufleet_run_dir must be a folder on the controller')
-        spec = {'backend': 'file', 'run_dir': args['run_dir']}
+        spec = self._ledger_spec(args, task_vars)
         backend = self._backend(spec)
         inventory = _rollout.inventory_id(task_vars.get('ansible_inventory_sources') or [])
         fleet = args['fleet'] or _rollout.fleet_name(inventory)
@@ -232,11 +239,13 @@ class ActionModule(ActionBase):
         run_id, resume = _rollout.choose_run(args['run_id'], backend.run_ids(),
                                              None if args['run_id'] else _ledger.last_unfinished(backend, inventory))
         run_id = run_id or _ledger.new_run_id()
-        stale = backend.acquire(fleet, _ledger.holder_identity(run_id, pid=os.getppid()))
+        holder = _ledger.holder_identity(run_id, pid=os.getppid())
+        stale = backend.acquire(fleet, holder)
         if stale:
             result.setdefault('warnings', []).append('took over the fleet lock of run %s (host %s, pid %s is gone)'
                                                      % (stale.get('run_id'), stale.get('host'), stale.get('pid')))
         try:
+            backend.hold(fleet, holder)
             scheduler = self._fleet_or_empty(args, task_vars, nodes, result, jobs=True)
             infos = {node: {'domain': domains[node], 'gpus': scheduler.gpus.get(node, 0)} for node in nodes}
             if resume:
@@ -387,7 +396,7 @@ class ActionModule(ActionBase):
             self._escalate(policy.escalation, _rollout.escalation_payload(ledger.run_id, pause_set.to_dict(), ledger.state), result)
         if args['fleet']:
             ledger.backend.release(args['fleet'], ledger.run_id)
-        report.update(ledger_file=ledger.backend.path(ledger.run_id, _ledger.LEDGER), state_file=ledger.backend.path(ledger.run_id, _ledger.STATE),
+        report.update(ledger_file=ledger.backend.location(ledger.run_id, _ledger.LEDGER), state_file=ledger.backend.location(ledger.run_id, _ledger.STATE),
                       results_dir=results_dir)
         result.update(report, changed=False, msg='%s; ledger %s, state %s' % (report['message'], report['ledger_file'], report['state_file']))
         if report['status'] == 'paused':
@@ -400,9 +409,15 @@ class ActionModule(ActionBase):
         domains = self._domains(task_vars, policy, nodes)
         scheduler = self._fleet_or_empty(args, task_vars, nodes, result, jobs=True)
         histories = []
-        if args['run_dir'] and os.path.isdir(args['run_dir']):
-            backend = self._backend({'backend': 'file', 'run_dir': args['run_dir']})
-            for run_id in backend.run_ids()[-max(0, args['history']):] if args['history'] else []:
+        spec = self._ledger_spec(args, task_vars) if args['run_dir'] else {}
+        if spec and (spec['backend'] != 'file' or os.path.isdir(args['run_dir'])):
+            backend = self._backend(spec)
+            try:
+                earlier = backend.run_ids()[-max(0, args['history']):] if args['history'] else []
+            except _ledger.LedgerError as exc:
+                result.setdefault('warnings', []).append(to_native(exc))
+                earlier = []
+            for run_id in earlier:
                 try:
                     events, _offset = backend.read_events(run_id, 0)
                 except _ledger.LedgerError as exc:
@@ -422,13 +437,13 @@ class ActionModule(ActionBase):
             raise GateError('verb: one of %s is required' % ', '.join(VERBS))
         if not args['run_dir']:
             raise GateError('run_dir: gpufleet_run_dir must be the folder of the ledgers')
-        backend = self._backend({'backend': 'file', 'run_dir': args['run_dir']})
+        backend = self._backend(self._ledger_spec(args, task_vars))
         run_id = args['run_id']
         if not run_id:
             inventory = _rollout.inventory_id(task_vars.get('ansible_inventory_sources') or [])
             run_id = _ledger.last_unfinished(backend, inventory)
             if not run_id:
-                raise GateError('run_id: no unfinished run of inventory %s in %s; give gpufleet_run_id' % (inventory, backend.run_dir))
+                raise GateError('run_id: no unfinished run of inventory %s in %s; give gpufleet_run_id' % (inventory, backend.location()))
         ledger = _ledger.RunLedger.open(backend, run_id)
         reason = args['reason'] or 'by an operator'
         nodes = list(dict.fromkeys(args['nodes']))

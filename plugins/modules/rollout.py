@@ -33,6 +33,12 @@ description:
     ledgers' phase times); changes nothing. I(step=control): an operator verb (I(verb)) on a run."
   - The scheduler is read on the controller - Slurm with C(scontrol show node -o) and C(squeue) under I(slurm_environment),
     Kubernetes with the C(kubernetes) Python library, without a scheduler from each node's C(gpufleet_gpus) host variable.
+  - "The ledger's backend comes from the variables C(gpufleet_ledger_backend) (C(file), the default: the ledgers in
+    I(run_dir); C(kubernetes): ConfigMaps and a Lease in the cluster being upgraded, through the C(kubernetes) Python library,
+    I(run_dir) then only a scratch folder), C(gpufleet_ledger_namespace) (default C(default)), C(gpufleet_kubeconfig) (or
+    I(kubeconfig)), C(gpufleet_ledger_context) and C(gpufleet_ledger_lease_seconds) (default 60); see docs/rollout-policy.md.
+    A token comes only from the environment (C(K8S_AUTH_API_KEY), as AWX's Kubernetes credential sets it), never from a
+    variable, and is never returned."
 author:
   - gpufleet.lifecycle maintainers (@gpufleet)
 extends_documentation_fragment:

@@ -34,9 +34,10 @@ Locks (``fcntl``):
   same controller each re-read what the others appended, check the transition, append and rewrite
   ``state.json`` under it.  :meth:`RunLedger.locked` lets a caller decide (the gate) and record in one step.
 
-Storage sits behind :class:`Backend`; :class:`FileBackend` is the only one now (a path on shared storage works
-with it).  A Kubernetes backend (a ConfigMap holding the same ``state.json`` and events, a Lease as the fleet
-lock, for AWX's throw-away execution environments) is meant to implement the same interface later.
+Storage sits behind :class:`Backend`: :class:`FileBackend` (a path on shared storage works with it) and
+``_ledger_kube.KubernetesBackend`` (ConfigMaps holding the same ``state.json`` and events, a Lease as the fleet lock,
+for AWX's throw-away execution environments).  :func:`ledger_spec` reads the ``gpufleet_ledger_*`` variables,
+:func:`open_backend` opens the backend of a specification.
 """
 
 from __future__ import annotations
@@ -237,7 +238,17 @@ def node_view(state):
 # Storage.
 
 class Backend(abc.ABC):
-    """Where ledgers and the fleet lock live.  :class:`FileBackend` now; a Kubernetes ConfigMap + Lease later."""
+    """Where ledgers and the fleet lock live: :class:`FileBackend`, or ConfigMaps and a Lease (``_ledger_kube``)."""
+
+    def location(self, run_id=None, name=''):
+        """Where the run's ``name`` (LEDGER, STATE) is kept, for people: a path, or the Kubernetes objects."""
+        if run_id and hasattr(self, 'path'):
+            return self.path(run_id, name)
+        return getattr(self, 'run_dir', None) or repr(self)
+
+    def hold(self, fleet, holder):
+        """Keep the fleet lock held while the holder's process lives (a Lease must be renewed; a lock file needs nothing)."""
+        del fleet, holder
 
     @abc.abstractmethod
     def exclusive(self, run_id):
@@ -527,7 +538,7 @@ class RunLedger:
         with ledger.locked():
             if ledger._state['events']:
                 raise LedgerError('%s: run %s already has a ledger; resume it or choose another gpufleet_run_id'
-                                  % (getattr(backend, 'run_dir', backend), ledger.run_id))
+                                  % (backend.location(), ledger.run_id))
             run = {'inventory': inventory, 'policy': policy or {}, 'pin': pin or {},
                    'nodes': {name: {'domain': (info or {}).get('domain'), 'gpus': int((info or {}).get('gpus') or 0)}
                              for name, info in (nodes or {}).items()}}
@@ -538,7 +549,7 @@ class RunLedger:
     def open(cls, backend, run_id, clock=utcnow):
         ledger = cls(backend, run_id, clock)
         if not backend.exists(ledger.run_id):
-            raise LedgerError('run %s has no ledger in %s' % (run_id, getattr(backend, 'run_dir', backend)))
+            raise LedgerError('run %s has no ledger in %s' % (run_id, backend.location()))
         ledger.refresh()
         return ledger
 
@@ -689,21 +700,63 @@ def phase_times(events):
 # ----------------------------------------------------------------------------------------------------------------
 # Backends by specification.
 
-BACKENDS = ('file',)
+BACKENDS = ('file', 'kubernetes')
+# The variables that choose and configure the backend (not part of the run's policy: a resume may come from elsewhere).
+SPEC_VARIABLES = ('gpufleet_ledger_backend', 'gpufleet_ledger_namespace', 'gpufleet_ledger_context', 'gpufleet_ledger_lease_seconds',
+                  'gpufleet_kubeconfig')
+DEFAULT_NAMESPACE = 'default'
+DEFAULT_LEASE_SECONDS = 60
+
+
+def ledger_spec(variables, run_dir):
+    """The ledger specification from the ``gpufleet_ledger_*`` variables (and ``gpufleet_kubeconfig``, the scheduler's).
+
+    ``run_dir`` is the ledgers' folder (file) or the controller's scratch folder (kubernetes).  Raises :class:`LedgerError`
+    naming the variable.
+    """
+    kind = variables.get('gpufleet_ledger_backend') or 'file'
+    if kind not in BACKENDS:
+        raise LedgerError('gpufleet_ledger_backend: %r is not a ledger backend (%s)' % (kind, ', '.join(BACKENDS)))
+    if not isinstance(run_dir, str) or not run_dir:
+        raise LedgerError('gpufleet_run_dir: must be a folder on the controller, got %r' % (run_dir,))
+    if kind == 'file':
+        return {'backend': 'file', 'run_dir': run_dir}
+    spec = {'backend': 'kubernetes', 'run_dir': run_dir}
+    for name, key, default in (('gpufleet_ledger_namespace', 'namespace', DEFAULT_NAMESPACE), ('gpufleet_kubeconfig', 'kubeconfig', ''),
+                               ('gpufleet_ledger_context', 'context', '')):
+        value = variables.get(name)
+        value = default if value in (None, '') else value
+        if not isinstance(value, str):
+            raise LedgerError('%s: must be a text, got %r' % (name, value))
+        spec[key] = value
+    seconds = variables.get('gpufleet_ledger_lease_seconds')
+    seconds = DEFAULT_LEASE_SECONDS if seconds in (None, '') else seconds
+    try:
+        if isinstance(seconds, bool) or int(str(seconds)) < 3:
+            raise ValueError()
+    except ValueError:
+        raise LedgerError('gpufleet_ledger_lease_seconds: must be a whole number of seconds, at least 3, got %r' % (seconds,)) from None
+    spec['lease_seconds'] = int(str(seconds))
+    return spec
 
 
 def open_backend(spec):
-    """The :class:`Backend` of a ledger specification: ``{backend: file, run_dir: <folder>}`` (``backend`` defaults to file).
+    """The :class:`Backend` of a ledger specification (``backend`` defaults to file).
 
-    ``spec`` is what the rollout gate hands to each host as ``gpufleet_ledger`` (it also carries ``run_id``, ignored here).
-    Raises :class:`LedgerError` naming the field for anything else.
+    ``{backend: file, run_dir: <folder>}`` or ``{backend: kubernetes, run_dir: <scratch folder>, namespace, kubeconfig,
+    context, lease_seconds}``: what the rollout gate hands to each host as ``gpufleet_ledger`` (it also carries ``run_id``,
+    ignored here).  Raises :class:`LedgerError` naming the field for anything else.
     """
     if not isinstance(spec, dict):
         raise LedgerError('gpufleet_ledger: must be a mapping {backend, run_dir, run_id}, got %r' % (spec,))
     kind = spec.get('backend') or 'file'
+    run_dir = spec.get('run_dir')
+    if kind not in BACKENDS:
+        raise LedgerError('gpufleet_ledger.backend: %r is not a ledger backend (%s)' % (kind, ', '.join(BACKENDS)))
+    if not isinstance(run_dir, str) or not run_dir:
+        raise LedgerError('gpufleet_ledger.run_dir: must be a folder path for the %s backend, got %r' % (kind, run_dir))
     if kind == 'file':
-        run_dir = spec.get('run_dir')
-        if not isinstance(run_dir, str) or not run_dir:
-            raise LedgerError('gpufleet_ledger.run_dir: must be a folder path for the file backend, got %r' % (run_dir,))
         return FileBackend(run_dir)
-    raise LedgerError('gpufleet_ledger.backend: %r is not a ledger backend (%s)' % (kind, ', '.join(BACKENDS)))
+    from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger_kube  # pylint: disable=import-outside-toplevel
+    return _ledger_kube.KubernetesBackend(spec.get('namespace') or DEFAULT_NAMESPACE, run_dir, kubeconfig=spec.get('kubeconfig') or '',
+                                          context=spec.get('context') or '', lease_seconds=spec.get('lease_seconds') or DEFAULT_LEASE_SECONDS)

@@ -10,11 +10,14 @@ with short timeouts. Each rollout gets its own gpufleet_run_dir under pytest's t
     run B (gpu-06 drained by an admin, floor 65 %, window 3): capacity floor
     run C (the fleet lock held by another live run): a second rollout is refused, nothing touched
     run D (window 1): ansible-playbook and its workers killed with SIGKILL while a node is in flight; the re-run resumes
+    run K (window 1, 2 nodes, the Kubernetes backend on the fake API): a second rollout refused by the Lease, the controller
+          killed and its folder deleted (a fresh AWX execution environment), the run resumed from the cluster
 """
 
 import datetime
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +28,9 @@ import pytest
 from conftest import ROOT, SIM, ansible_environment, fleet_up
 
 sys.path.insert(0, os.path.join(SIM, 'slurm'))
+sys.path.insert(0, os.path.join(SIM, 'kube'))
 
+import fake_apiserver  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import slurm_sim  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger, _rollout  # noqa: E402
@@ -248,6 +253,69 @@ def test_resume_after_the_controller_is_killed(fleet, tmp_path):
     with open(os.path.join(run_dir, run_id, 'results', caught + '.json'), encoding='utf-8') as handle:
         result = json.load(handle)
     assert result['state'] == 'done' and all(check['passed'] for check in result['validation'])
+
+
+def test_the_kubernetes_backend_survives_a_fresh_controller(fleet, tmp_path):
+    """The ledger in ConfigMaps and the fleet lock a Lease: refused while held, renewed while the run lives, resumed from the
+    cluster by a controller that has nothing of the run (its execution environment's folder deleted)."""
+    server, _thread, url = fake_apiserver.start({'namespaces': [{'metadata': {'name': 'gpufleet'}}]})
+    try:
+        kubeconfig = fake_apiserver.write_kubeconfig(str(tmp_path / 'kubeconfig'), url)
+        kube = dict(gpufleet_ledger_backend='kubernetes', gpufleet_ledger_namespace='gpufleet', gpufleet_kubeconfig=kubeconfig,
+                    gpufleet_ledger_lease_seconds=6)
+        values = dict(SIM_VARS, gpufleet_hosts='gpu-01,gpu-02', gpufleet_window=1, gpufleet_canary=0, **kube)
+        first_ee = str(tmp_path / 'ee-1')
+        backend = _ledger.open_backend(dict(backend='kubernetes', run_dir=str(tmp_path / 'reader'), namespace='gpufleet', kubeconfig=kubeconfig))
+        fleet_lock = _rollout.fleet_name(_rollout.inventory_id([fleet.inventory]))
+        process = subprocess.Popen(['ansible-playbook', '-i', fleet.inventory, ROLLING_RESTART, '-e',
+                                    json.dumps(dict(values, gpufleet_run_dir=os.path.join(first_ee, 'runs')))],
+                                   env=ansible_environment(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
+        try:
+            deadline = time.time() + 120
+            caught = run_id = None
+            while time.time() < deadline and caught is None:
+                time.sleep(0.5)
+                run_ids = backend.run_ids()
+                if not run_ids:
+                    continue
+                run_id = run_ids[0]
+                events = admissions(backend.read_events(run_id, 0)[0])
+                if events and 'DRAIN' in slurm_state(fleet, events[0]['node'])['State']:
+                    caught = events[0]['node']
+            assert caught, 'no node went in flight'
+            second = rollout(fleet, str(tmp_path / 'ee-2' / 'runs'), gpufleet_hosts='gpu-01,gpu-02', gpufleet_window=1,
+                             gpufleet_run_id='intruder', **kube)
+            assert second.returncode != 0 and 'a second rollout is refused: fleet %s is held by run %s' % (fleet_lock, run_id) in second.stdout, \
+                failures(second)
+            assert 'Lease gpufleet/%s renewed' % backend.fleet_lease(fleet_lock) in second.stdout
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        time.sleep(2)      # orphaned workers notice their parent is gone
+        shutil.rmtree(first_ee)       # a fresh execution environment: nothing of the run on the controller
+        assert backend.run_ids() == [run_id]        # the intruder wrote no ledger
+        state = _ledger.RunLedger.open(backend, run_id).state
+        assert state['status'] == 'running' and state['nodes'][caught]['state'] not in FINAL, state['nodes'][caught]
+        renewals = {new['spec'].get('renewTime') for _revision, _kind, storage, _old, new in server.store.history
+                    if storage == 'leases' and new['metadata']['name'] == backend.fleet_lease(fleet_lock)
+                    and new['spec'].get('holderIdentity') == run_id}
+        assert len(renewals) >= 3, renewals       # acquired, then renewed every 2 s while ansible-playbook lived
+
+        again = rollout(fleet, str(tmp_path / 'ee-3' / 'runs'), **dict(values))
+        assert again.returncode == 0, failures(again)
+        assert 'took over the fleet lock of run %s' % run_id in again.stdout
+        events = backend.read_events(run_id, 0)[0]
+        state = _ledger.RunLedger.open(backend, run_id).state
+        assert backend.run_ids() == [run_id] and state['status'] == 'finished'
+        assert {node: state['nodes'][node]['state'] for node in ('gpu-01', 'gpu-02')} == {'gpu-01': 'done', 'gpu-02': 'done'}
+        resumed = [event for event in events if event['node'] == caught and event['to'] == 'admitted' and event['from'] != 'pending']
+        assert resumed and 'caught' in resumed[0]['reason'], resumed
+        assert 'DRAIN' not in slurm_state(fleet, caught)['State']
+        assert backend.holder(fleet_lock) is None       # released by the run's finish
+        assert not os.path.exists(os.path.join(str(tmp_path / 'ee-3' / 'runs'), run_id, 'ledger.jsonl'))
+    finally:
+        fake_apiserver.stop(server)
 
 
 def test_plan_and_operator_verbs(fleet, tmp_path):

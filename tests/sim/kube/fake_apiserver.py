@@ -10,8 +10,8 @@ termination, a minimal scheduler):
 
 - discovery: /version, /api, /apis (legacy and aggregated apidiscovery.k8s.io/v2),
   /api/v1 and /apis/GROUP/VERSION resource lists;
-- core/v1 namespaces, nodes (+status), pods (+status, +eviction), events;
-  apps/v1 daemonsets, replicasets, statefulsets; policy/v1 poddisruptionbudgets;
+- core/v1 namespaces, nodes (+status), pods (+status, +eviction), events, configmaps;
+  coordination.k8s.io/v1 leases; apps/v1 daemonsets, replicasets, statefulsets; policy/v1 poddisruptionbudgets;
   events.k8s.io/v1 events (the same objects as core/v1 events, converted);
 - get, list (label and field selectors), watch, create, update, delete and patch
   (strategic merge, JSON merge and JSON patch), server-side Table output for kubectl;
@@ -24,6 +24,7 @@ Only the standard library is used.
 """
 
 import argparse
+import base64
 import copy
 import datetime
 import json
@@ -72,6 +73,11 @@ TABLE_ACCEPT = re.compile(r'as=Table', re.IGNORECASE)
 NAME_CHARS = 'bcdfghjklmnpqrstvwxz2456789'
 
 UNSCHEDULABLE_TAINT = 'node.kubernetes.io/unschedulable'
+# ConfigMap limits (k8s.io/kubernetes pkg/apis/core: MaxSecretSize; apimachinery validation.IsConfigMapKey).
+CONFIG_MAP_MAX_BYTES = 1024 * 1024
+CONFIG_KEY = re.compile(r'^[-._a-zA-Z0-9]+$')
+CONFIG_KEY_MESSAGE = ("a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  "
+                      "or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')")
 NOT_READY_TAINT = 'node.kubernetes.io/not-ready'
 UNREACHABLE_TAINT = 'node.kubernetes.io/unreachable'
 
@@ -110,6 +116,15 @@ def parse_time(text):
         offset = sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
     moment = datetime.datetime(year, month, day, hour, minute, second, tzinfo=datetime.timezone.utc)
     return moment.timestamp() - offset + fraction
+
+
+def canonical_micro_time(text):
+    """A valid MicroTime string as kube-apiserver writes it back: UTC, six fractional digits, 'Z'."""
+    match = TIME_RE.match(text.strip())
+    fraction = match.group(7) or '.0'
+    micro = int((fraction[1:] + '000000')[:6])
+    whole = round(parse_time(text) - float(fraction))
+    return datetime.datetime.fromtimestamp(whole, datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%S') + '.%06dZ' % micro
 
 
 def human_duration(seconds):
@@ -229,9 +244,70 @@ def invalid(resource, name, causes):
 def decoded(resource, obj):
     """``obj`` as kube-apiserver's decoder leaves it (normalise.py: canonical quantities, ...), or 400 as it answers."""
     try:
+        if resource.storage == 'configmaps':
+            _decode_configmap(obj)
+        elif resource.storage == 'leases':
+            _decode_lease(obj)
         return normalise.normalise(resource.storage, obj)
     except normalise.DecodeError as error:
         raise bad_request('%s in version "%s" cannot be handled as a %s: %s' % (resource.kind, resource.version, resource.kind, error)) from None
+
+
+def _decode_configmap(obj):
+    """ConfigMap.data is map[string]string, binaryData map[string][]byte (base64 in JSON), immutable *bool."""
+    for field in ('data', 'binaryData'):
+        values = obj.get(field)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise normalise.DecodeError('json: cannot unmarshal %s into Go struct field ConfigMap.%s of type map[string]%s'
+                                        % (_go_type(values), field, 'string' if field == 'data' else '[]uint8'))
+        for key, value in values.items():
+            if not isinstance(value, str):
+                raise normalise.DecodeError('json: cannot unmarshal %s into Go struct field ConfigMap.%s of type %s'
+                                            % (_go_type(value), field, 'string' if field == 'data' else '[]uint8'))
+            if field == 'binaryData':
+                try:
+                    base64.b64decode(value.encode('ascii'), validate=True)
+                except (ValueError, UnicodeEncodeError):
+                    raise normalise.DecodeError('illegal base64 data at input byte 0') from None
+    for field in ('data', 'binaryData'):
+        if obj.get(field) == {}:
+            del obj[field]  # omitempty: an empty map is not stored
+    if obj.get('immutable') is not None and not isinstance(obj['immutable'], bool):
+        raise normalise.DecodeError('json: cannot unmarshal %s into Go struct field ConfigMap.immutable of type bool' % _go_type(obj['immutable']))
+
+
+def _decode_lease(obj):
+    """LeaseSpec times are metav1.MicroTime (RFC 3339 with microseconds); the integers are int32."""
+    spec = obj.get('spec')
+    if not isinstance(spec, dict):
+        return
+    for field in ('acquireTime', 'renewTime'):
+        value = spec.get(field)
+        if value is not None and (not isinstance(value, str) or parse_time(value) is None):
+            raise normalise.DecodeError('parsing time "%s" as "2006-01-02T15:04:05.000000Z07:00": cannot parse "%s" as "2006"' % (value, value))
+        if value is not None:
+            spec[field] = canonical_micro_time(value)  # stored and returned in UTC with six digits, as metav1.MicroTime marshals
+    for field in ('leaseDurationSeconds', 'leaseTransitions'):
+        value = spec.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise normalise.DecodeError('json: cannot unmarshal %s into Go struct field LeaseSpec.spec.%s of type int32' % (_go_type(value), field))
+    if spec.get('holderIdentity') is not None and not isinstance(spec['holderIdentity'], str):
+        raise normalise.DecodeError('json: cannot unmarshal %s into Go struct field LeaseSpec.spec.holderIdentity of type string'
+                                    % _go_type(spec['holderIdentity']))
+
+
+def _go_type(value):
+    if isinstance(value, bool):
+        return 'bool'
+    if isinstance(value, (int, float)):
+        return 'number'
+    if isinstance(value, str):
+        return 'string'
+    if isinstance(value, list):
+        return 'array'
+    return 'object'
 
 
 def method_not_allowed():
@@ -285,6 +361,7 @@ RESOURCES = [
     Resource('', 'v1', 'pods', 'Pod', True, ['po'], ['all'], subresources={
         'eviction': ('policy', 'v1', 'Eviction', ['create']), 'status': ('', 'v1', 'Pod', STATUS_VERBS)}),
     Resource('', 'v1', 'events', 'Event', True, ['ev']),
+    Resource('', 'v1', 'configmaps', 'ConfigMap', True, ['cm']),
     Resource('apps', 'v1', 'daemonsets', 'DaemonSet', True, ['ds'], ['all'], subresources={'status': ('apps', 'v1', 'DaemonSet', STATUS_VERBS)}),
     Resource('apps', 'v1', 'replicasets', 'ReplicaSet', True, ['rs'], ['all'], subresources={'status': ('apps', 'v1', 'ReplicaSet', STATUS_VERBS)}),
     Resource('apps', 'v1', 'statefulsets', 'StatefulSet', True, ['sts'], ['all'], subresources={
@@ -307,7 +384,7 @@ for _resource in RESOURCES:
 # State file / control API keys -> storage.
 STATE_KEYS = [('namespaces', 'namespaces'), ('nodes', 'nodes'), ('daemonsets', 'daemonsets'), ('replicasets', 'replicasets'),
               ('statefulsets', 'statefulsets'), ('poddisruptionbudgets', 'poddisruptionbudgets'), ('pods', 'pods'), ('events', 'events'),
-              ('leases', 'leases')]
+              ('leases', 'leases'), ('configmaps', 'configmaps')]
 KIND_TO_STORAGE = dict((BY_STORAGE[storage].kind, storage) for _key, storage in STATE_KEYS)
 
 
@@ -1286,11 +1363,42 @@ class Store:
                                'Invalid value: "%s": does not match event.namespace' % involved.get('namespace')))
             if obj.get('type') not in (None, '', 'Normal', 'Warning'):
                 causes.append(('FieldValueNotSupported', 'type', 'Unsupported value: "%s": supported values: "Normal", "Warning"' % obj.get('type')))
+        elif storage == 'configmaps':
+            self._validate_configmap(obj, old, causes)
+        elif storage == 'leases':
+            spec = obj.get('spec') or {}
+            if spec.get('leaseDurationSeconds') is not None and spec['leaseDurationSeconds'] <= 0:
+                causes.append(('FieldValueInvalid', 'spec.leaseDurationSeconds', 'Invalid value: %d: must be greater than 0' % spec['leaseDurationSeconds']))
+            if spec.get('leaseTransitions') is not None and spec['leaseTransitions'] < 0:
+                causes.append(('FieldValueInvalid', 'spec.leaseTransitions',
+                               'Invalid value: %d: must be greater than or equal to 0' % spec['leaseTransitions']))
         if old is not None:
             if obj['metadata'].get('uid') != old['metadata'].get('uid'):
                 causes.append(('FieldValueInvalid', 'metadata.uid', 'Invalid value: "%s": field is immutable' % obj['metadata'].get('uid')))
         if causes:
             raise invalid(resource, name, causes)
+
+    @staticmethod
+    def _validate_configmap(obj, old, causes):
+        """ValidateConfigMap and ValidateConfigMapUpdate: key names, no key in both maps, at most 1 MiB of values, immutable."""
+        data = obj.get('data') or {}
+        binary = obj.get('binaryData') or {}
+        total = 0
+        for field, values in (('data', data), ('binaryData', binary)):
+            for key, value in values.items():
+                if not CONFIG_KEY.match(key) or len(key) > 253 or key in ('.', '..') or key.startswith('..'):
+                    causes.append(('FieldValueInvalid', '%s[%s]' % (field, key), 'Invalid value: "%s": %s' % (key, CONFIG_KEY_MESSAGE)))
+                if field == 'data' and key in binary:
+                    causes.append(('FieldValueInvalid', 'data[%s]' % key, 'Invalid value: "%s": duplicate of key present in binaryData' % key))
+                total += len(value.encode('utf-8')) if field == 'data' else len(base64.b64decode(value))
+        if total > CONFIG_MAP_MAX_BYTES:
+            causes.append(('FieldValueTooLong', '[]', 'Too long: may not be more than %d bytes' % CONFIG_MAP_MAX_BYTES))
+        if old is not None and old.get('immutable'):
+            if not obj.get('immutable'):
+                causes.append(('FieldValueForbidden', 'immutable', 'Forbidden: field is immutable when `immutable` is set'))
+            for field in ('data', 'binaryData'):
+                if (obj.get(field) or {}) != (old.get(field) or {}):
+                    causes.append(('FieldValueForbidden', field, 'Forbidden: field is immutable when `immutable` is set'))
 
     @staticmethod
     def _validate_pod_update(new, old, causes):
@@ -1938,6 +2046,10 @@ OBJECT_META = {'name': ANY, 'generateName': ANY, 'namespace': ANY, 'selfLink': A
                'finalizers': ANY, 'managedFields': ANY}
 TOP_LEVEL = {'apiVersion': ANY, 'kind': ANY, 'metadata': OBJECT_META, 'spec': ANY, 'status': ANY}
 SCHEMAS = {
+    'configmaps': {'apiVersion': ANY, 'kind': ANY, 'metadata': OBJECT_META, 'data': ANY, 'binaryData': ANY, 'immutable': ANY},
+    'leases': {'apiVersion': ANY, 'kind': ANY, 'metadata': OBJECT_META,
+               'spec': {'holderIdentity': ANY, 'leaseDurationSeconds': ANY, 'acquireTime': ANY, 'renewTime': ANY, 'leaseTransitions': ANY,
+                        'strategy': ANY, 'preferredHolder': ANY}},
     'nodes': dict(TOP_LEVEL, spec={'podCIDR': ANY, 'podCIDRs': ANY, 'providerID': ANY, 'unschedulable': ANY, 'configSource': ANY, 'externalID': ANY,
                                    'taints': [{'key': ANY, 'value': ANY, 'effect': ANY, 'timeAdded': ANY}]}),
     'events': {'apiVersion': ANY, 'kind': ANY, 'metadata': OBJECT_META, 'involvedObject': ANY, 'reason': ANY, 'message': ANY, 'source': ANY,
@@ -2113,6 +2225,15 @@ def _events_v1_row(event, now):
     return _event_row(event_from_v1(event), now)
 
 
+def _configmap_row(obj, now):
+    return [obj['metadata']['name'], len(obj.get('data') or {}) + len(obj.get('binaryData') or {}),
+            since(dig(obj, 'metadata', 'creationTimestamp'), now)]
+
+
+def _lease_row(obj, now):
+    return [obj['metadata']['name'], dig(obj, 'spec', 'holderIdentity') or '', since(dig(obj, 'metadata', 'creationTimestamp'), now)]
+
+
 TABLES = {
     'pods': ([NAME_COLUMN, column('Ready', 'The aggregate readiness state of this pod for accepting traffic.'),
               column('Status', 'The aggregate status of the containers in this pod.'),
@@ -2165,6 +2286,8 @@ TABLES = {
                               column('Allowed Disruptions', 'Calculated number of pods that may be disrupted at this time.', kind='integer'),
                               column('Age', AGE_DESCRIPTION)], _pdb_row),
     'namespaces': ([NAME_COLUMN, column('Status', 'The status of the namespace'), column('Age', AGE_DESCRIPTION)], _namespace_row),
+    'configmaps': ([NAME_COLUMN, column('Data', 'Number of data in configmap', kind='integer'), column('Age', AGE_DESCRIPTION)], _configmap_row),
+    'leases': ([NAME_COLUMN, column('Holder', 'Name of the holder'), column('Age', AGE_DESCRIPTION)], _lease_row),
 }
 
 
@@ -2768,6 +2891,8 @@ class Api:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
+    # TCP_NODELAY, as Go's net/http sets it: without it a keep-alive client waits for the delayed ACK (40 ms a request).
+    disable_nagle_algorithm = True
     server_version = 'gpufleet-fake-apiserver'
     sys_version = ''
 
