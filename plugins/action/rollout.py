@@ -25,7 +25,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
 
-STEPS = ('check', 'start', 'admit', 'settle', 'finish', 'plan', 'control')
+STEPS = ('check', 'start', 'confirm', 'admit', 'settle', 'finish', 'plan', 'control')
 VERBS = ('pause', 'resume', 'skip', 'retry', 'release', 'released', 'reset_breaker')
 ARGUMENT_SPEC = dict(
     step=dict(type='str', required=True, choices=list(STEPS)),
@@ -48,6 +48,9 @@ ARGUMENT_SPEC = dict(
     passed=dict(type='bool', default=False),
     reason=dict(type='str', default=''),
     history=dict(type='int', default=20),
+    breaker=dict(type='dict', default={}),
+    validation=dict(type='dict', default={}),
+    unreachable=dict(type='bool', default=False),
 )
 COMMAND_TIMEOUT = 60
 # A host host_pinned is starting (never at the gate yet, a worker free) keeps its place in the plan for this many poll
@@ -199,6 +202,21 @@ class ActionModule(ActionBase):
         _ledger.write_atomic(path, json.dumps(data, sort_keys=True).encode('utf-8'))
         return set(data)
 
+    @staticmethod
+    def _breaker_history(backend, run_id, policy, result):
+        """The circuit breaker's memory of the other runs in the run folder (their quarantines within its window, the last reset)."""
+        if policy.circuit_breaker_threshold is None:
+            return {'quarantines': [], 'reset': None}
+        states = []
+        for other in backend.run_ids():
+            if other == run_id:
+                continue
+            try:
+                states.append(backend.read_snapshot(other) or _ledger.rebuild(backend, other))
+            except (_ledger.LedgerError, OSError, ValueError) as exc:
+                result.setdefault('warnings', []).append('circuit breaker: run %s cannot be read: %s' % (other, to_native(exc)))
+        return _rollout.breaker_history(states, time.time(), policy.circuit_breaker_window)
+
     def _escalate(self, escalation, payload, result):
         """Call the escalation hook: a command (the payload as JSON on its standard input) or a URL (POSTed)."""
         if not escalation:
@@ -272,20 +290,43 @@ class ActionModule(ActionBase):
         durations = _planner.node_durations(self._earlier_states(backend, run_id, args['history'], result))
         planned = _planner.order(_rollout.plan_nodes(all_nodes, scheduler, plan_domains), scheduler.unavailable, durations=durations)
         ordered = [item[0].name for item in planned]
-        hosts = [name for name in ordered if state['nodes'][name]['state'] not in _gate.FINAL]
+        # A resumed run's done nodes are confirmed with a quick check before they are skipped: they go first (a few
+        # seconds each, nothing cordoned); one that fails it goes back to pending and on through the gate.
+        confirm = _rollout.confirm_expectations(state, _rollout.node_results(self._results_dir(args, dict(spec, run_id=run_id)), state['nodes'])) \
+            if resume else {}
+        hosts = [name for name in ordered if name in confirm] + [name for name in ordered if state['nodes'][name]['state'] not in _gate.FINAL]
+        breaker = self._breaker_history(backend, run_id, policy, result)
         window = policy.window_size(len(all_nodes))
         forks = self._var(task_vars, 'ansible_forks')
         if isinstance(forks, int) and forks < window + 1:
             result.setdefault('warnings', []).append('forks is %d: host_pinned runs at most that many hosts; the window is %d, '
                                                      'set forks to at least %d' % (forks, window, window + 1))
         ledger_spec = dict(spec, run_id=run_id)
-        result.update(changed=not resume, run_id=run_id, resumed=resume, fleet=fleet, order=ordered, hosts=hosts,
-                      window=window, ledger_dir=backend.path(run_id), msg='%s run %s: %d node(s), %d to go, window %d'
-                      % ('resumed' if resume else 'started', run_id, len(all_nodes), len(hosts), window))
+        result.update(changed=not resume, run_id=run_id, resumed=resume, fleet=fleet, order=ordered, hosts=hosts, confirm=confirm,
+                      breaker=breaker, window=window, ledger_dir=backend.path(run_id),
+                      msg='%s run %s: %d node(s), %d to go, %d done to confirm, window %d; %d quarantine(s) of earlier runs count '
+                          'for the circuit breaker' % ('resumed' if resume else 'started', run_id, len(all_nodes), len(hosts) - len(confirm),
+                                                       len(confirm), window, len(breaker['quarantines'])))
         result['ansible_facts'] = {'gpufleet_rollout': {
             'run_id': run_id, 'run_dir': backend.run_dir, 'fleet': fleet, 'ledger': ledger_spec, 'order': ordered, 'hosts': hosts,
             'resumed': resume, 'window': window, 'results_dir': args['results_dir'] or os.path.join(backend.path(run_id), 'results'),
-            'policy': policy.to_dict()}}
+            'policy': policy.to_dict(), 'confirm': confirm, 'breaker': breaker, 'pin': state.get('pin') or {}}}
+
+    def _confirm(self, args, task_vars, result):
+        """A resumed run's done node after its quick check (I(validation), I(unreachable)): confirmed done, or back to pending."""
+        node = task_vars.get('inventory_hostname')
+        ledger = self._ledger(args['ledger'])
+        with ledger.locked() as state:
+            if node not in state['nodes']:
+                raise GateError('%s is not a node of run %s' % (node, ledger.run_id))
+            current = state['nodes'][node]['state']
+            if current != 'done':
+                result.update(changed=False, state=current, confirmed=False, msg='%s: %s, nothing to confirm' % (node, current))
+                return
+            to, reason = _rollout.confirm_decision(args['validation'], args['unreachable'])
+            details = {'confirmed_at': _ledger.iso(_ledger.utcnow())} if to == 'done' else {'recheck': True}
+            ledger.transition(node, to, reason, details=details, gate=True)
+        result.update(changed=True, state=to, confirmed=to == 'done', reason=reason, msg='%s: %s' % (node, reason))
 
     def _admit(self, args, task_vars, result):
         node = task_vars.get('inventory_hostname')
@@ -311,7 +352,7 @@ class ActionModule(ActionBase):
             now = _ledger.utcnow()
             pause_set = None
             with ledger.locked() as state:
-                rollout = _rollout.rollout_view(state, _rollout.node_results(results_dir, state['nodes']))
+                rollout = _rollout.rollout_view(state, _rollout.node_results(results_dir, state['nodes']), args['breaker'])
                 decision = _gate.admit(policy, rollout, scheduler, node, now)
                 if decision.action == _gate.ADMIT and decision.rule != 'resume':
                     waiting = self._waiting(backend, ledger.run_id, node, True, ttl)
@@ -355,11 +396,14 @@ class ActionModule(ActionBase):
             result['ansible_facts'] = {'gpufleet_ledger': dict(spec, results_dir=results_dir)}
 
     def _settle(self, args, task_vars, result):
-        """After the role: the node's final state in the ledger (a safety net: upgrade_phase records it when the role has a ledger)."""
+        """After the role: the node's final state in the ledger (a safety net: upgrade_phase records it when the role has a ledger),
+        then a retry (gpufleet_retries) of a node the procedure put back as it was, and the escalation of a quarantine."""
         node = task_vars.get('inventory_hostname')
         ledger = self._ledger(args['ledger'])
+        policy = _policy.load_policy(ledger.state['policy'])
         target = (args['result'] or {}).get('state')
         recorded = []
+        retry = False
         with ledger.locked() as state:
             if node not in state['nodes']:
                 raise GateError('%s is not a node of run %s' % (node, ledger.run_id))
@@ -374,7 +418,15 @@ class ActionModule(ActionBase):
                     ledger.transition(node, step, reason if step == target else 'recorded by the gate after node_upgrade')
                     recorded.append(step)
             final = state['nodes'][node]['state']
-        result.update(changed=bool(recorded), recorded=recorded, state=final, msg='%s: %s' % (node, final))
+            retry, why = _rollout.retry_decision(policy, state['nodes'][node])
+            if retry:
+                ledger.transition(node, _gate.PENDING, why, details={'retries': int(state['nodes'][node].get('retries') or 0) + 1}, gate=True)
+                recorded.append(_gate.PENDING)
+            payload = _rollout.quarantine_payload(ledger.run_id, node, state) if final == 'quarantined' else None
+        if payload is not None:
+            self._escalate(policy.escalation, payload, result)
+        result.update(changed=bool(recorded), recorded=recorded, state=final, retry=retry,
+                      msg='%s: %s%s' % (node, final, ('; %s' % why) if retry else ''))
 
     def _finish(self, args, task_vars, result):
         spec = args['ledger']
@@ -383,7 +435,7 @@ class ActionModule(ActionBase):
         results_dir = self._results_dir(args, spec)
         pause_set = None
         with ledger.locked() as state:
-            rollout = _rollout.rollout_view(state, _rollout.node_results(results_dir, state['nodes']))
+            rollout = _rollout.rollout_view(state, _rollout.node_results(results_dir, state['nodes']), args['breaker'])
             decision = _gate.pause_decision(policy, rollout, _ledger.utcnow())
             if decision is not None and state['status'] != 'paused':
                 ledger.set_status('paused', decision.reason, details={'rule': decision.rule, 'by': 'gate'})

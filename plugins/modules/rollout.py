@@ -18,15 +18,25 @@ description:
     before any node is touched), takes the fleet lock (a second rollout is refused naming the run that holds it), creates
     C(<run_dir>/<run_id>/ledger.jsonl) and C(state.json) with every node C(pending), or resumes the run I(run_id) or, when
     I(run_id) is empty, the last unfinished run of this inventory; returns the fact C(gpufleet_rollout) with the nodes still
-    to go in the plan's order (idle nodes first, domains interleaved, checkpoint-aware)."
+    to go in the plan's order (idle nodes first, domains interleaved, checkpoint-aware), a resumed run's C(done) nodes to
+    confirm first (C(confirm), with the GPU count each showed when it passed) and what the circuit breaker remembers of the
+    earlier runs in I(run_dir) (C(breaker): their quarantines within its window, the newest operator reset)."
+  - "I(step=confirm) (per node, a resumed run's C(done) node after the quick check of C(node_validate)): records C(done) again
+    when I(validation) passed (ledger C(done -> done), reason C(confirmed on resume)), else C(pending) (C(done -> pending), the
+    failed checks in the reason; also when I(unreachable)): the node is not counted as done and goes through the gate and the
+    whole procedure again."
   - "I(step=admit) (per node, the first task of the window play): blocks, polling the ledger under its lock every I(poll)
     seconds, until the gate admits the node (maintenance window, canary, window, failure domain, capacity floor read from the
     scheduler now, and the order of the plan among the nodes waiting) and records C(admitted); returns the fact
     C(gpufleet_ledger) for M(gpufleet.lifecycle.node_upgrade). A node already final is skipped, a node caught in flight by a
     crash is admitted again (resume). A pause (operator, circuit breaker, pin suspect, failed canary, failure budget) ends the
-    wait with I(verdict=pause) and marks the run paused (once, calling C(gpufleet_escalation))."
+    wait with I(verdict=pause) and marks the run paused (once, calling C(gpufleet_escalation)). The circuit breaker also counts
+    the earlier runs' quarantines in I(breaker)."
   - "I(step=settle) (per node, after the role): makes sure the ledger holds the node's final state from I(result)
-    (C(node_upgrade_result)); a no-op when the role recorded it."
+    (C(node_upgrade_result)); a no-op when the role recorded it. A C(deferred) node (put back as it was: drain timeout,
+    disruption budget, a converge that failed before changing the node) goes back to C(pending) for another attempt while it
+    had fewer than C(gpufleet_retries) retries (I(retry=true); the reason says which retry and why). A node that ends
+    C(quarantined) calls C(gpufleet_escalation)."
   - "I(step=finish) (on localhost): the run's summary; C(finished) when every node is final, C(paused) (and the task fails
     with the reason) when a pause rule holds; releases the fleet lock I(fleet)."
   - "I(step=plan): the dry run (order, start and end of each node, what blocks it now, predicted duration from earlier
@@ -60,7 +70,7 @@ options:
     description: What to do (see the description).
     type: str
     required: true
-    choices: [check, start, admit, settle, finish, plan, control]
+    choices: [check, start, confirm, admit, settle, finish, plan, control]
   nodes:
     description:
       - I(step=start), I(step=plan) - the inventory hostnames of the rollout (also the node names in the scheduler).
@@ -146,6 +156,20 @@ options:
         sliding window does not end on a slow tail.
     type: int
     default: 20
+  breaker:
+    description:
+      - I(step=admit), I(step=finish) - what the circuit breaker remembers of earlier runs (C(gpufleet_rollout.breaker) from
+        I(step=start)); empty - only this run's quarantines count.
+    type: dict
+    default: {}
+  validation:
+    description: I(step=confirm) - the quick check's C(node_validate_result); empty - no result, the node is not confirmed.
+    type: dict
+    default: {}
+  unreachable:
+    description: I(step=confirm) - the node could not be reached for the quick check (it is not confirmed).
+    type: bool
+    default: false
 seealso:
   - module: gpufleet.lifecycle.read_pin
 '''
@@ -178,7 +202,8 @@ EXAMPLES = r'''
 RETURN = r'''
 ansible_facts:
   description: I(step=start) - C(gpufleet_rollout) (run_id, run_dir, fleet, ledger, order, hosts, resumed, window, results_dir,
-    policy); I(step=admit) when admitted - C(gpufleet_ledger) ({backend, run_dir, run_id, results_dir}) for node_upgrade.
+    policy, confirm, breaker, pin); I(step=admit) when admitted - C(gpufleet_ledger) ({backend, run_dir, run_id, results_dir}) for
+    node_upgrade.
   type: dict
   returned: success
 run_id:
@@ -195,10 +220,34 @@ order:
   elements: str
   returned: step=start
 hosts:
-  description: The nodes still to go, in order (I(step=start)).
+  description: The nodes still to go, in order, after a resumed run's done nodes to confirm (I(step=start)).
   type: list
   elements: str
   returned: step=start
+confirm:
+  description: I(step=start) - a resumed run's C(done) nodes, each with the GPU count it must show (null - not checked).
+  type: dict
+  returned: step=start
+breaker:
+  description: I(step=start) - C(quarantines) (run_id, node, time) of earlier runs within the breaker's window and C(reset).
+  type: dict
+  returned: step=start
+state:
+  description: I(step=confirm), I(step=settle) - the node's state now (I(step=settle) - its final state before a retry).
+  type: str
+  returned: step=confirm or step=settle
+confirmed:
+  description: I(step=confirm) - whether the done node passed the quick check.
+  type: bool
+  returned: step=confirm
+retry:
+  description: I(step=settle) - the node went back to C(pending) for a retry (C(gpufleet_retries)).
+  type: bool
+  returned: step=settle
+escalated:
+  description: The escalation hook was called (a pause, or a node that ended quarantined).
+  type: bool
+  returned: when called
 verdict:
   description: I(step=admit) - C(admit), C(skip) (already final), C(pause) (the run is paused) or C(pending) (I(admit_timeout)).
   type: str
@@ -212,9 +261,9 @@ rule:
   type: str
   returned: step=admit
 reason:
-  description: I(step=admit) - why, in words.
+  description: I(step=admit), I(step=confirm) - why, in words.
   type: str
-  returned: step=admit
+  returned: step=admit or step=confirm
 status:
   description: I(step=finish), I(step=control) - the run's status (running, paused, finished).
   type: str

@@ -20,8 +20,9 @@ Controller-side, no Ansible import.  One ledger per rollout, in ``<gpufleet_run_
 Node states: ``pending`` (never admitted), in flight ``admitted``, ``cordoned``, ``drained``, ``converging``,
 ``rebooting``, ``validating``, ``rolling_back``; final ``done``, ``rolled_back``, ``quarantined``, ``deferred``,
 ``left_alone``.  :data:`TRANSITIONS` lists the legal moves; a final state is left only by an operator
-(retry: back to ``pending``; release of a quarantined node: ``validating``), and a node caught in flight by a
-crash goes back to ``admitted`` only with ``resume=True``.  Anything else raises :class:`LedgerError` and
+(retry: back to ``pending``; release of a quarantined node: ``validating``) or by the gate itself
+(:data:`GATE_TRANSITIONS`: an automatic retry of a ``deferred`` node, a ``done`` node confirmed or sent back on
+resume), and a node caught in flight by a crash goes back to ``admitted`` only with ``resume=True``.  Anything else raises :class:`LedgerError` and
 writes nothing, so the ledger never holds a state it cannot name.
 
 Locks (``fcntl``):
@@ -79,6 +80,13 @@ OPERATOR_TRANSITIONS = {
     'left_alone': ('pending',),
     'quarantined': ('pending', 'validating'),
 }
+# Only the gate itself (``gate=True``), never a node's procedure: an automatic retry of a deferred node
+# (gpufleet_retries), and on resume a done node confirmed by the quick check (done -> done) or sent back through the
+# procedure because it failed it (done -> pending).
+GATE_TRANSITIONS = {
+    'deferred': ('pending',),
+    'done': ('done', 'pending'),
+}
 LEDGER = 'ledger.jsonl'
 STATE = 'state.json'
 RUN_LOCK = '.lock'
@@ -126,11 +134,13 @@ def check_run_id(run_id, what='gpufleet_run_id'):
     return run_id
 
 
-def check_transition(node, current, to, operator=False, resume=False):
+def check_transition(node, current, to, operator=False, resume=False, gate=False):
     """Raise :class:`LedgerError` unless ``current -> to`` is legal for ``node``."""
     if to not in STATES:
         raise LedgerError('%s: %r is not a node state (%s)' % (node, to, ', '.join(STATES)))
     if resume and current in IN_FLIGHT and to == 'admitted':
+        return
+    if gate and to in GATE_TRANSITIONS.get(current, ()):
         return
     if to in TRANSITIONS.get(current, ()):
         return
@@ -193,7 +203,7 @@ def apply_event(state, event):
     record.update(event.get('details') or {})
     if to == 'admitted' and event.get('from') == PENDING:
         record['admitted_at'] = time
-    if to in FINAL:
+    if to in FINAL and event.get('from') != to:
         record['finished_at'] = time
     elif to == PENDING:
         record['finished_at'] = None
@@ -609,8 +619,12 @@ class RunLedger:
         return event
 
     # -- changes
-    def transition(self, node, to, reason, details=None, operator=False, resume=False):
-        """Move ``node`` to ``to``; raises :class:`LedgerError` (nothing written) when illegal."""
+    def transition(self, node, to, reason, details=None, operator=False, resume=False, gate=False):
+        """Move ``node`` to ``to``; raises :class:`LedgerError` (nothing written) when illegal.
+
+        ``operator``: an operator's verb; ``resume``: a node caught in flight goes back to ``admitted``; ``gate``: a move
+        of :data:`GATE_TRANSITIONS` (retry, resume confirmation).
+        """
         if not isinstance(reason, str):
             raise LedgerError('%s: the reason must be a text, got %r' % (node, reason))
         if details is not None and not isinstance(details, dict):
@@ -619,7 +633,7 @@ class RunLedger:
             if node not in state['nodes']:
                 raise LedgerError('%s is not a node of run %s' % (node, self.run_id))
             current = state['nodes'][node]['state']
-            check_transition(node, current, to, operator=operator, resume=resume)
+            check_transition(node, current, to, operator=operator, resume=resume, gate=gate)
             return self._record({'node': node, 'from': current, 'to': to, 'reason': reason, 'details': details})
 
     def add_nodes(self, nodes):

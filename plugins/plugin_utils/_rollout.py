@@ -13,7 +13,9 @@ everything it decides is here:
 * the order among the hosts waiting at the gate (:func:`first_in_line`): host_pinned starts hosts in the plan's order, and
   a node may not overtake an earlier node waiting at the gate that the gate would admit now;
 * which run a start opens (:func:`choose_run`), the walk of a node to its final state (:func:`walk`), the run's summary
-  (:func:`summary`) and the escalation message (:func:`escalation_payload`).
+  (:func:`summary`) and the escalation messages (:func:`escalation_payload`, :func:`quarantine_payload`);
+* the circuit breaker's memory of earlier runs (:func:`breaker_history`), retries (:func:`retry_decision`) and the quick
+  check of a resume's done nodes (:func:`confirm_expectations`, :func:`confirm_decision`).
 """
 
 from __future__ import annotations
@@ -248,9 +250,16 @@ def node_results(results_dir, nodes):
     return found
 
 
-def rollout_view(state, results):
-    """The gate's :class:`~._gate.Rollout`: the ledger's nodes, with each failed node's signature and rma_suspect from its result."""
+def rollout_view(state, results, history=None):
+    """The gate's :class:`~._gate.Rollout`: the ledger's nodes, with each failed node's signature and rma_suspect from its result.
+
+    ``history`` (:func:`breaker_history` of the earlier runs in the same run folder) feeds the circuit breaker: their
+    quarantines count, and the newest operator reset of any run applies.
+    """
     rollout = _ledger.node_view(state)
+    history = history or {}
+    quarantines = tuple(sorted(float(item['time']) for item in history.get('quarantines') or ()))
+    resets = [stamp for stamp in (rollout.breaker_reset, history.get('reset')) if stamp is not None]
     nodes = {}
     for name, node in rollout.nodes.items():
         result = results.get(name)
@@ -259,7 +268,95 @@ def rollout_view(state, results):
             node = _gate.Node(state=node.state, domain=node.domain, gpus=node.gpus, canary=node.canary, finished=node.finished,
                               signature=signature, rma_suspect=node.rma_suspect or bool(result.get('rma_suspect')))
         nodes[name] = node
-    return _gate.Rollout(nodes=nodes, paused=rollout.paused, breaker_reset=rollout.breaker_reset, quarantines=rollout.quarantines)
+    return _gate.Rollout(nodes=nodes, paused=rollout.paused, breaker_reset=max(resets) if resets else None,
+                         quarantines=rollout.quarantines + quarantines)
+
+
+def breaker_history(states, now, window):
+    """What the circuit breaker remembers of earlier runs (their ``state.json``, same run folder) at ``now`` (epoch seconds).
+
+    ``{'quarantines': [{'run_id', 'node', 'time'}, ...], 'reset': epoch or None}``: the nodes those runs left
+    ``quarantined`` (a node released or retried since no longer counts) within the breaker's ``window`` seconds before
+    ``now``, and the newest operator reset of the breaker in any of them (a reset applies to every run after it).
+    JSON-safe: the start step hands it to every node's admission.
+    """
+    quarantines = []
+    reset = None
+    for state in states:
+        stamp = _ledger.epoch(state.get('breaker_reset'))
+        if stamp is not None and (reset is None or stamp > reset):
+            reset = stamp
+        for name, record in (state.get('nodes') or {}).items():
+            if record.get('state') != 'quarantined':
+                continue
+            finished = _ledger.epoch(record.get('finished_at'))
+            if finished is not None and now - window < finished <= now:
+                quarantines.append({'run_id': state.get('run_id'), 'node': name, 'time': finished})
+    quarantines.sort(key=lambda item: (item['time'], str(item['run_id']), item['node']))
+    return {'quarantines': quarantines, 'reset': reset}
+
+
+# Final states a retry (gpufleet_retries) takes back to the queue: the procedure put the node back in service as it was
+# (its drain timed out or a disruption budget refused it, or the converge failed before it changed the node, such as a dpkg
+# lock held by unattended-upgrades). A failed validation after the upgrade (rolled_back, quarantined) is not retried: that
+# is the pin's or the hardware's verdict, for the rollback, the pin-fault detector and the breaker. done and left_alone are
+# never retried.
+RETRYABLE = ('deferred',)
+
+
+def retry_decision(policy, record):
+    """(retry, reason) for a node that just reached a final state: back to ``pending`` for another attempt?
+
+    ``record`` is the node's ledger record; ``record['retries']`` counts the retries it already had in this run.
+    """
+    state = record.get('state')
+    done = int(record.get('retries') or 0)
+    if state not in RETRYABLE or done >= policy.retries:
+        return False, ''
+    return True, 'retry %d of %d after %s: %s' % (done + 1, policy.retries, state, record.get('reason') or 'no reason recorded')
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Resume: the done nodes are confirmed with a quick check before they are skipped.
+
+def confirm_expectations(state, results):
+    """{node: GPU count it must show or None} for the ``done`` nodes of a resumed run.
+
+    The count is the one the node showed when it passed its validation in this run (its result's ``facts_after``, else
+    ``facts_before``); None when no result says (the GPU check is then not made).
+    """
+    expected = {}
+    for name, record in state['nodes'].items():
+        if record.get('state') != 'done':
+            continue
+        result = results.get(name) or {}
+        count = None
+        for key in ('facts_after', 'facts_before'):
+            facts = result.get(key)
+            if isinstance(facts, dict) and isinstance(facts.get('gpu_count'), int) and not isinstance(facts.get('gpu_count'), bool) \
+                    and facts['gpu_count'] > 0:
+                count = facts['gpu_count']
+                break
+        expected[name] = count
+    return expected
+
+
+def confirm_decision(validation, unreachable=False):
+    """(state, reason) for a ``done`` node after the quick check of a resume.
+
+    ``done`` when ``validation`` (``node_validate_result``: health, the pin, the GPU count, Fabric Manager,
+    nvidia-persistenced, Xid; no dcgmi diag, no NCCL) passed. Otherwise ``pending``: the node is not counted as done, it
+    goes back through the whole procedure under the policy (drain, converge, reboot, full validation), and ends ``done``
+    again only when that validation passes (or ``rolled_back`` / ``quarantined`` like any node).
+    """
+    if unreachable:
+        return _gate.PENDING, 'failed the quick check on resume: unreachable; back through the procedure'
+    if not isinstance(validation, dict) or not isinstance(validation.get('passed'), bool):
+        return _gate.PENDING, 'failed the quick check on resume: no validation result; back through the procedure'
+    if validation['passed']:
+        checks = [str(check.get('name')) for check in validation.get('checks') or [] if isinstance(check, dict)]
+        return 'done', 'confirmed on resume: the quick check passed (%s)' % ', '.join(checks)
+    return _gate.PENDING, 'failed the quick check on resume: %s; back through the procedure' % (validation.get('message') or 'failed')
 
 
 def first_in_line(policy, rollout, scheduler, node, order, waiting, now):
@@ -303,6 +400,13 @@ def escalation_payload(run_id, decision, state):
     """What the escalation hook receives (JSON POST body, or the command's standard input)."""
     return {'event': 'gpufleet.rollout.paused', 'run_id': run_id, 'rule': decision.get('rule'), 'reason': decision.get('reason'),
             'inventory': state.get('inventory'), 'counts': summary(state)['counts']}
+
+
+def quarantine_payload(run_id, node, state):
+    """What the escalation hook receives when a node of the run ends ``quarantined``."""
+    record = state['nodes'].get(node) or {}
+    return {'event': 'gpufleet.rollout.quarantined', 'run_id': run_id, 'node': node, 'reason': record.get('reason') or '',
+            'phase': record.get('phase'), 'inventory': state.get('inventory'), 'counts': summary(state)['counts']}
 
 
 def plan_nodes(nodes, fleet, domains):

@@ -446,3 +446,116 @@ def test_nothing_is_admitted_outside_the_maintenance_window(fleet, tmp_path):
     assert admissions(events) == [] and state['status'] == 'running'
     assert {record['state'] for record in state['nodes'].values()} == {'pending'}
     assert 'outside the maintenance window' in process.stdout
+
+
+def finished_run(run_dir, run_id, nodes, final, inventory, finish=True):
+    """A run's ledger written through _ledger as the gate and node_upgrade write it: ``nodes`` walked to their ``final`` state
+    (pending when not in it), the run finished when every node is final and ``finish``, else running."""
+    backend = _ledger.FileBackend(run_dir)
+    ledger_ = _ledger.RunLedger.create(backend, run_id, inventory=inventory, policy={'gpufleet_window': 1, 'gpufleet_canary': 0},
+                                       nodes={node: {'gpus': 8} for node in nodes})
+    for node, state in final.items():
+        ledger_.transition(node, 'admitted', 'admitted: 1 of 1 in flight')
+        for step in _rollout.walk('admitted', state):
+            ledger_.transition(node, step, 'recorded by the test as node_upgrade records it')
+    if finish and set(final) == set(nodes):
+        ledger_.set_status('finished', 'every node is final')
+    return ledger_
+
+
+def test_resume_confirms_done_nodes_and_sends_a_failing_one_back(fleet, tmp_path):
+    """The controller died after both nodes were done, before the run finished. The resumed run re-checks its done nodes
+    (versions, GPUs, Fabric Manager) before it skips them: gpu-01 passes and is confirmed, never admitted again; gpu-02, whose
+    Fabric Manager stopped since, is not counted as done: it goes back through the procedure (the reboot brings Fabric Manager
+    back, the full validation passes) and ends done again."""
+    run_dir = str(tmp_path / 'runs')
+    inventory = _rollout.inventory_id([fleet.inventory])
+    finished_run(run_dir, 'resumed-run', ['gpu-01', 'gpu-02'], {'gpu-01': 'done', 'gpu-02': 'done'}, inventory, finish=False)
+    results = os.path.join(run_dir, 'resumed-run', 'results')
+    os.makedirs(results)
+    with open(os.path.join(results, 'gpu-01.json'), 'w', encoding='utf-8') as handle:
+        json.dump({'state': 'done', 'facts_after': {'gpu_count': 8}}, handle)     # the GPUs it showed when it passed
+    events_before = len(ledger(run_dir)[0])
+    stopped = fleet.node_exec('gpu-02', 'systemctl', 'stop', 'nvidia-fabricmanager')
+    assert stopped.returncode == 0, stopped.stderr
+    process = rollout(fleet, run_dir, gpufleet_hosts='gpu-01,gpu-02', gpufleet_window=1, gpufleet_canary=0)
+    assert process.returncode == 0, failures(process)
+    events, state = ledger(run_dir)
+    assert state['status'] == 'finished'
+    assert {node: record['state'] for node, record in state['nodes'].items()} == {'gpu-01': 'done', 'gpu-02': 'done'}
+    new = events[events_before:]
+    first = [event for event in new if event['node'] == 'gpu-01']
+    assert [(event['from'], event['to']) for event in first] == [('done', 'done')], first
+    assert first[0]['reason'].startswith('confirmed on resume') and 'gpu_count' in first[0]['reason'] and 'fabric_manager' in first[0]['reason']
+    second = [event for event in new if event['node'] == 'gpu-02']
+    assert (second[0]['from'], second[0]['to']) == ('done', 'pending'), second
+    assert 'fabric_manager' in second[0]['reason'] and 'back through the procedure' in second[0]['reason']
+    assert [event['to'] for event in second][1:3] == ['admitted', 'cordoned'] and second[-1]['to'] == 'done'
+    with open(os.path.join(results, 'gpu-02.json'), encoding='utf-8') as handle:
+        result = json.load(handle)
+    assert {check['name']: check['passed'] for check in result['validation']}['fabric_manager'] is True
+    assert [event['node'] for event in admissions(new)].count('gpu-01') == 0
+
+
+def test_a_deferred_node_is_retried_up_to_gpufleet_retries(fleet, tmp_path):
+    """gpu-05 runs a job longer than the drain timeout: each attempt is put back as it was (deferred); with gpufleet_retries 1
+    it goes through the gate once more, the retry recorded with its reason, then deferred stands (the job is never killed)."""
+    environment = fleet.vars['gpufleet_slurm_environment']
+    run_dir = str(tmp_path / 'runs')
+    job = slurm_sim.submit_job(environment, 'gpu-05', 300)
+    try:
+        slurm_sim.wait_for(environment, 'gpu-05', lambda state: 'ALLOCATED' in state or 'MIXED' in state, timeout=30)
+        process = rollout(fleet, run_dir, gpufleet_hosts='gpu-05', gpufleet_window=1, gpufleet_canary=0, gpufleet_retries=1,
+                          gpufleet_drain_timeout=2)
+        assert process.returncode == 0, failures(process)
+        events, state = ledger(run_dir)
+        assert 'DRAIN' not in slurm_state(fleet, 'gpu-05')['State']
+        assert 'ALLOCATED' in slurm_state(fleet, 'gpu-05')['State'] or 'MIXED' in slurm_state(fleet, 'gpu-05')['State']
+    finally:
+        subprocess.run(['scancel', job], env=dict(os.environ, **environment), check=False, capture_output=True)
+    moves = [(event['from'], event['to']) for event in events if event['node'] == 'gpu-05']
+    assert moves.count(('pending', 'admitted')) == 2 and moves.count(('deferred', 'pending')) == 1, moves
+    assert moves[-1][1] == 'deferred' and state['nodes']['gpu-05']['state'] == 'deferred' and state['nodes']['gpu-05']['retries'] == 1
+    retry = [event for event in events if event['node'] == 'gpu-05' and event['to'] == 'pending'][0]
+    deferred = [event for event in events if event['node'] == 'gpu-05' and event['to'] == 'deferred'][0]
+    assert retry['reason'] == 'retry 1 of 1 after deferred: ' + deferred['reason'], (retry, deferred)
+    assert state['status'] == 'finished'
+
+
+def test_the_circuit_breaker_counts_earlier_runs_until_an_operator_resets_it(fleet, tmp_path):
+    """An earlier run in the same run folder quarantined gpu-06; this run quarantines gpu-04 (its validation fails): two within
+    the breaker's window trip it, gpu-05 is not admitted, the escalation hook hears of the quarantine and the pause, and a
+    re-run stays paused until rollout_control.yml resets the breaker; then gpu-05 goes and the run finishes."""
+    run_dir = str(tmp_path / 'runs')
+    calls = str(tmp_path / 'escalations.jsonl')
+    hook = [sys.executable, '-c', 'import sys; open(sys.argv[1], "a").write(sys.stdin.read().strip() + "\\n")', calls]
+    finished_run(run_dir, 'earlier-run', ['gpu-06'], {'gpu-06': 'quarantined'}, 'another-inventory')
+    values = dict(gpufleet_hosts='gpu-04,gpu-05', gpufleet_window=1, gpufleet_canary=0, gpufleet_max_fail_percentage=None,
+                  gpufleet_pin_fault_threshold=None, gpufleet_circuit_breaker_threshold=2, gpufleet_escalation=hook)
+    fleet.fleet('fault', 'gpu-04', 'diag_fail')
+    try:
+        tripped = rollout(fleet, run_dir, **values)
+        assert tripped.returncode != 0 and 'rollout paused' in tripped.stdout and 'circuit breaker open' in tripped.stdout, failures(tripped)
+        run_id = [name for name in os.listdir(run_dir) if name not in ('locks', 'earlier-run')][0]
+        events, state = ledger(run_dir, run_id)
+        assert state['status'] == 'paused' and state['pause']['rule'] == 'circuit_breaker', state['pause']
+        assert {node: record['state'] for node, record in state['nodes'].items()} == {'gpu-04': 'quarantined', 'gpu-05': 'pending'}
+        with open(calls, encoding='utf-8') as handle:
+            heard = [json.loads(line) for line in handle]
+        assert [(call['event'], call.get('node') or call.get('rule')) for call in heard] == \
+            [('gpufleet.rollout.quarantined', 'gpu-04'), ('gpufleet.rollout.paused', 'circuit_breaker')], heard
+
+        again = rollout(fleet, run_dir, **values)
+        assert again.returncode != 0 and 'circuit breaker open' in again.stdout, failures(again)
+        assert admissions(ledger(run_dir, run_id)[0]) == admissions(events)      # nobody admitted while it is open
+
+        reset = run(fleet, CONTROL, None, dict(gpufleet_run_dir=run_dir, gpufleet_verb='reset_breaker', gpufleet_reason='hardware checked'))
+        assert reset.returncode == 0, failures(reset)
+        resumed = rollout(fleet, run_dir, **values)
+        assert resumed.returncode == 0, failures(resumed)
+        events, state = ledger(run_dir, run_id)
+        assert state['status'] == 'finished' and state['nodes']['gpu-05']['state'] == 'done', state['nodes']
+        assert [event['node'] for event in admissions(events)] == ['gpu-04', 'gpu-05']
+        assert [event['to'] for event in events if event['node'] is None][-3:] == ['breaker_reset', 'running', 'finished']
+    finally:
+        quarantine_cleanup(fleet, ['gpu-04'])

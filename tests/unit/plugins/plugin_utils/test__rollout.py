@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
@@ -271,3 +272,154 @@ def test_plan_lines():
     assert 'canary: the window opens after 1 canary node(s) pass' in lines[1]
     assert lines[2].startswith('  - n3') and 'not planned; cordoned_by_others' in lines[2]
     assert lines[-1].startswith('predicted: %ss for 2 node(s), window 2, canary 1' % plan['predicted_seconds'])
+
+
+# ------------------------------------------------------------------------------------------------ circuit breaker across runs
+
+def run_state(tmp_path, run_id, states, clock=None, reset=False):
+    """A run's state through the ledger: node -> the walk to its state."""
+    ledger = _ledger.RunLedger.create(_ledger.FileBackend(str(tmp_path)), run_id, inventory='inv', policy={'gpufleet_window': 1},
+                                      nodes={name: {'gpus': 8} for name in states}, clock=clock or _ledger.utcnow)
+    for node, path in states.items():
+        for step in path:
+            ledger.transition(node, step, 'test')
+    if reset:
+        ledger.reset_breaker('checked by alice')
+    return ledger.state
+
+
+QUARANTINED = ['admitted', 'cordoned', 'drained', 'rebooting', 'quarantined']
+
+
+def test_breaker_history_counts_earlier_quarantines_within_the_window(tmp_path):
+    earlier = run_state(tmp_path, 'earlier', {'a': QUARANTINED, 'b': ['admitted', 'cordoned', 'drained', 'rebooting', 'validating', 'done']})
+    now = _ledger.epoch(earlier['nodes']['a']['finished_at']) + 60
+    history = _rollout.breaker_history([earlier], now, 3600)
+    assert [(item['run_id'], item['node']) for item in history['quarantines']] == [('earlier', 'a')] and history['reset'] is None
+    assert _rollout.breaker_history([earlier], now + 3600, 3600)['quarantines'] == []      # slid out of the window
+    json.dumps(history)                                                                     # handed to every admission as a fact
+
+
+def test_breaker_history_forgets_a_released_node_and_keeps_the_last_reset(tmp_path):
+    run_state(tmp_path, 'released', {'a': QUARANTINED})
+    ledger = _ledger.RunLedger.open(_ledger.FileBackend(str(tmp_path)), 'released')
+    ledger.transition('a', 'validating', 'release', operator=True)
+    ledger.transition('a', 'done', 'released: validation passed')
+    reset = run_state(tmp_path, 'reset', {'b': QUARANTINED}, reset=True)
+    now = _ledger.epoch(reset['breaker_reset']) + 1
+    history = _rollout.breaker_history([ledger.state, reset], now, 3600)
+    assert [item['node'] for item in history['quarantines']] == ['b']
+    assert history['reset'] == _ledger.epoch(reset['breaker_reset'])
+
+
+def test_earlier_runs_feed_the_breaker_of_this_run(tmp_path):
+    """One quarantine in an earlier run plus one in this run trip a breaker of threshold 2; without the earlier run they do not."""
+    earlier = run_state(tmp_path / 'a', 'earlier', {'x': QUARANTINED})
+    state = run_state(tmp_path / 'b', 'this', {'n1': QUARANTINED, 'n2': []})
+    now = datetime.datetime.now(datetime.timezone.utc)
+    policy = load_policy({'gpufleet_window': 1, 'gpufleet_canary': 0, 'gpufleet_max_fail_percentage': None,
+                          'gpufleet_circuit_breaker_threshold': 2, 'gpufleet_pin_fault_threshold': None})
+    alone = _rollout.rollout_view(state, {})
+    assert _gate.admit(policy, alone, _gate.SchedulerView(), 'n2', now).action == 'admit'
+    history = _rollout.breaker_history([earlier], now.timestamp(), policy.circuit_breaker_window)
+    fed = _rollout.rollout_view(state, {}, history)
+    decision = _gate.admit(policy, fed, _gate.SchedulerView(), 'n2', now)
+    assert (decision.action, decision.rule) == ('pause', 'circuit_breaker') and '2 node(s) quarantined' in decision.reason
+    # An operator's reset in any run, after the quarantines, closes it again.
+    reset = dict(history, reset=now.timestamp() - 0.001)
+    assert _gate.admit(policy, _rollout.rollout_view(state, {}, reset), _gate.SchedulerView(), 'n2', now).action == 'admit'
+
+
+# ------------------------------------------------------------------------------------------------ retries
+
+@pytest.mark.parametrize('state, retries, allowed, expected', [
+    ('deferred', 0, 1, True),
+    ('deferred', 1, 2, True),
+    ('deferred', 2, 2, False),          # used up: deferred stands
+    ('deferred', 0, 0, False),          # gpufleet_retries 0 (the default): never
+    ('rolled_back', 0, 3, False),       # a failed validation after the upgrade: rollback, not a retry
+    ('quarantined', 0, 3, False),
+    ('left_alone', 0, 3, False),        # someone else's node
+    ('done', 0, 3, False),
+])
+def test_retry_decision(state, retries, allowed, expected):
+    policy = load_policy({'gpufleet_retries': allowed})
+    retry, reason = _rollout.retry_decision(policy, {'state': state, 'reason': 'drain: jobs still running after 300 s', 'retries': retries})
+    assert retry is expected
+    if expected:
+        assert reason == 'retry %d of %d after deferred: drain: jobs still running after 300 s' % (retries + 1, allowed)
+
+
+def test_a_retry_is_recorded_and_counted_in_the_ledger(tmp_path):
+    ledger = _ledger.RunLedger.create(_ledger.FileBackend(str(tmp_path)), 'r', nodes={'n1': {'gpus': 8}})
+    for step in ['admitted', 'cordoned', 'deferred']:
+        ledger.transition('n1', step, 'drain timed out' if step == 'deferred' else 'x')
+    with pytest.raises(_ledger.LedgerError, match='only an operator'):
+        ledger.transition('n1', 'pending', 'retry')                      # not without gate=True
+    retry, reason = _rollout.retry_decision(load_policy({'gpufleet_retries': 1}), ledger.state['nodes']['n1'])
+    ledger.transition('n1', 'pending', reason, details={'retries': 1}, gate=True)
+    record = ledger.state['nodes']['n1']
+    assert retry and record['state'] == 'pending' and record['retries'] == 1 and record['finished_at'] is None
+    for step in ['admitted', 'cordoned', 'deferred']:
+        ledger.transition('n1', step, 'drain timed out')
+    assert _rollout.retry_decision(load_policy({'gpufleet_retries': 1}), ledger.state['nodes']['n1']) == (False, '')
+
+
+def test_quarantine_escalation_payload(tmp_path):
+    state = ledger_state(tmp_path, {'n1': ['admitted', 'cordoned', 'drained', 'rebooting', 'quarantined']})
+    payload = _rollout.quarantine_payload('r1', 'n1', state)
+    assert payload['event'] == 'gpufleet.rollout.quarantined' and payload['node'] == 'n1' and payload['counts']['quarantined'] == 1
+
+
+# ------------------------------------------------------------------------------------------------ resume: the quick check
+
+def test_confirm_expectations_take_the_gpus_the_node_showed_when_it_passed(tmp_path):
+    done = ['admitted', 'cordoned', 'drained', 'rebooting', 'validating', 'done']
+    state = ledger_state(tmp_path, {'n1': done, 'n2': done, 'n3': ['admitted']})
+    results = {'n1': {'state': 'done', 'facts_before': {'gpu_count': 8}, 'facts_after': {'gpu_count': 7}},
+               'n3': {'state': 'quarantined', 'facts_after': {'gpu_count': 8}}}
+    assert _rollout.confirm_expectations(state, results) == {'n1': 7, 'n2': None}      # only done nodes; n2 has no result
+
+
+FM_FACTS = {'health': 'ok', 'gpu_count': 8, 'nvswitch_count': 4, 'gpus': [],
+            'services': {'nvidia-fabricmanager': {'active': 'active', 'sub': 'running'}, 'nvidia-persistenced': {'active': 'active'}}}
+
+
+def test_confirm_decision_confirms_a_node_that_passes_the_quick_check():
+    validation = _validate.evaluate(FM_FACTS, drift={'status': 'in_sync', 'checked': ['driver']}, expected_gpu_count=8)
+    state, reason = _rollout.confirm_decision(validation)
+    assert state == 'done' and reason.startswith('confirmed on resume') and 'fabric_manager' in reason and 'gpu_count' in reason
+
+
+@pytest.mark.parametrize('facts, drift, expected, words', [
+    (dict(FM_FACTS, services={'nvidia-fabricmanager': {'active': 'inactive', 'sub': 'dead'}, 'nvidia-persistenced': {'active': 'active'}}),
+     None, 8, 'fabric_manager: nvidia-fabricmanager is inactive'),
+    (dict(FM_FACTS, gpu_count=7), None, 8, 'gpu_count: nvidia-smi lists 7 GPU(s), 8 before'),
+    (FM_FACTS, {'status': 'drifted', 'drift': {'driver': {'expected': '580.65.06', 'actual': '550.127.05'}}}, 8,
+     'pin: off the pin: driver: expected 580.65.06, actual 550.127.05'),
+])
+def test_a_done_node_that_fails_the_quick_check_is_not_counted_done(facts, drift, expected, words):
+    state, reason = _rollout.confirm_decision(_validate.evaluate(facts, drift=drift, expected_gpu_count=expected))
+    assert state == 'pending' and words in reason and reason.endswith('back through the procedure')
+
+
+@pytest.mark.parametrize('validation, unreachable', [({}, False), ({'passed': True}, True), (None, False), ({'passed': 'yes'}, False)])
+def test_no_quick_check_result_is_never_a_confirmation(validation, unreachable):
+    assert _rollout.confirm_decision(validation, unreachable)[0] == 'pending'
+
+
+def test_the_gate_confirms_or_sends_back_a_done_node_only(tmp_path):
+    ledger = _ledger.RunLedger.create(_ledger.FileBackend(str(tmp_path)), 'r', nodes={'n1': {'gpus': 8}, 'n2': {'gpus': 8}})
+    for node in ('n1', 'n2'):
+        for step in ['admitted', 'cordoned', 'drained', 'rebooting', 'validating', 'done']:
+            ledger.transition(node, step, 'x')
+    finished = ledger.state['nodes']['n1']['finished_at']
+    ledger.transition('n1', 'done', 'confirmed on resume: ...', details={'confirmed_at': 'now'}, gate=True)
+    ledger.transition('n2', 'pending', 'failed the quick check on resume: ...', gate=True)
+    assert ledger.state['nodes']['n1']['finished_at'] == finished          # a confirmation is not a new finish
+    assert ledger.state['nodes']['n2']['state'] == 'pending' and ledger.state['nodes']['n2']['finished_at'] is None
+    with pytest.raises(_ledger.LedgerError):
+        ledger.transition('n1', 'pending', 'no', gate=False)
+    ledger.transition('n2', 'admitted', 'admitted')
+    with pytest.raises(_ledger.LedgerError):
+        ledger.transition('n2', 'pending', 'an in-flight node is never sent back', gate=True)
