@@ -20,7 +20,7 @@ import json
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _dcgm
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _dcgm_banner
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _nvidia_smi
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _packages
 
@@ -116,7 +116,7 @@ def _banner(raw, key, parser):
 
 
 def _tools(raw):
-    dcgm = _banner(raw, 'dcgmi', _dcgm.parse_version_banner) or {}
+    dcgm = _banner(raw, 'dcgmi', _dcgm_banner.parse_version_banner) or {}
     cli = _banner(raw, 'nvidia-container-cli', _packages.parse_nvidia_container_cli_version) or {}
     return {
         'dcgm': dcgm.get('version'),
