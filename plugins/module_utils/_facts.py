@@ -56,6 +56,24 @@ def filter_packages(parsed):
     return packages, held
 
 
+SYSTEMCTL_PROPERTIES = '--property=Id,LoadState,ActiveState,SubState,UnitFileState'
+
+
+def split_systemctl_show(text):
+    """``systemctl show --property=Id,... UNIT...`` (several units in one call) -> ``{unit name without .service: its block}``.
+
+    systemd prints one block per unit, separated by an empty line, each with its ``Id``; a block without an Id is dropped."""
+    blocks = {}
+    for block in (text or '').split('\n\n'):
+        unit = None
+        for line in block.splitlines():
+            if line.startswith('Id='):
+                unit = line[len('Id='):].strip()
+        if unit:
+            blocks[unit[:-len('.service')] if unit.endswith('.service') else unit] = block.strip('\n') + '\n'
+    return blocks
+
+
 def parse_systemctl_show(text):
     """``systemctl show -p LoadState,ActiveState,SubState,UnitFileState UNIT`` -> state dict, None if no such unit."""
     if not text:
