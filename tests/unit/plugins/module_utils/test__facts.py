@@ -6,7 +6,8 @@
 import pytest
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _facts
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import assemble, filter_packages, module_loaded, parse_systemctl_show, split_systemctl_show
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import assemble, filter_packages, module_loaded, parse_systemctl_show
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import split_systemctl_show
 from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import real_output_path
 
 T4 = real_output_path('nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml')
