@@ -450,6 +450,7 @@ class ActionModule(ActionBase):
             ledger.backend.release(args['fleet'], ledger.run_id)
         report.update(ledger_file=ledger.backend.location(ledger.run_id, _ledger.LEDGER), state_file=ledger.backend.location(ledger.run_id, _ledger.STATE),
                       results_dir=results_dir)
+        report['summary'] = dict(report)   # what the playbooks hand AWX (set_stats gpufleet_rollout_summary)
         result.update(report, changed=False, msg='%s; ledger %s, state %s' % (report['message'], report['ledger_file'], report['state_file']))
         if report['status'] == 'paused':
             result['failed'] = True

@@ -179,9 +179,9 @@ class CallbackModule(CallbackBase):
         if spec.get('run_dir'):
             self.ledger_path = os.path.join(to_text(spec['run_dir']), to_text(spec['run_id']))
 
-    def _follow_ledger(self, now):
-        """Print the ledger's new events (the node states of the rollout), at most once a second."""
-        if not self.progress or not self.ledger_path or now - self.ledger_checked < 1.0:
+    def _follow_ledger(self, now, force=False):
+        """Print the ledger's new events (the node states of the rollout), at most once a second unless ``force``."""
+        if not self.progress or not self.ledger_path or (now - self.ledger_checked < 1.0 and not force):
             return
         self.ledger_checked = now
         run_dir, run_id = _report.ledger_location(self.ledger_path)
@@ -306,6 +306,8 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_stats(self, stats):
         finished = time.time()
+        # The last moves (the run's final states) may have come within the second since the ledger was last read.
+        self._follow_ledger(finished, force=True)
         for uuid, kinds in self.play_kinds.items():
             for name in self.play_hosts.get(uuid) or []:
                 host = self._host(name)

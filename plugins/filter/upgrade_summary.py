@@ -39,30 +39,49 @@ options:
   results_dir:
     description: Where the result files are.
     type: str
+  stats:
+    description:
+      - Return the rollout's summary for AWX instead of the lines (what C(set_stats) hands on as C(gpufleet_rollout_summary)),
+        with C(run_id), C(status) (C(stopped), C(running) or C(finished)), C(counts) per state, C(nodes) (each node's C(state) and
+        C(reason)), C(results_dir) and C(message).
+    type: bool
+    default: false
+  run_id:
+    description: The rollout's run id, for I(stats=true).
+    type: str
 '''
 
 EXAMPLES = r'''
 - name: Print every node's result
   ansible.builtin.debug:
     msg: "{{ ansible_play_hosts_all | gpufleet.lifecycle.upgrade_summary(hostvars=hostvars, batch=ansible_play_batch) }}"
+
+- name: Hand AWX the summary
+  ansible.builtin.set_stats:
+    data:
+      gpufleet_rollout_summary: "{{ ansible_play_hosts_all | gpufleet.lifecycle.upgrade_summary(hostvars=hostvars, batch=ansible_play_batch, stats=true) }}"
+    aggregate: false
 '''
 
 RETURN = r'''
 _value:
-  description: The lines.
-  type: list
-  elements: str
+  description: The lines; with I(stats=true) the summary (a dict).
+  type: raw
 '''
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._upgrade import summary
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._upgrade import summary, summary_stats
 
 
-def upgrade_summary(nodes, hostvars=None, batch=None, fail_states=('rolled_back', 'quarantined'), max_fail_percentage=0, results_dir=''):
+def upgrade_summary(nodes, hostvars=None, batch=None, fail_states=('rolled_back', 'quarantined'), max_fail_percentage=0, results_dir='',
+                    stats=False, run_id=''):
     rows = []
     for node in nodes or []:
         variables = (hostvars or {}).get(node) or {}
         result = variables.get('node_upgrade_result') if 'node_upgrade_result' in variables else None
         rows.append({'node': node, 'result': result if isinstance(result, dict) else None})
+    if stats:
+        return summary_stats(rows, batch=batch, fail_states=fail_states, max_fail_percentage=max_fail_percentage, results_dir=results_dir,
+                             run_id=run_id)
     return summary(rows, batch=batch, fail_states=fail_states, max_fail_percentage=max_fail_percentage, results_dir=results_dir)
 
 

@@ -7,7 +7,7 @@ Pure functions, standard library only (no Ansible imports), Python 3.8+:
 
 * ``parse_diag_json(text)`` reads a ``dcgmi diag -j`` document (DCGM 3.x and 4.x schemas);
 * ``parse_diag_text(text)`` reads the ``dcgmi diag`` text table (DCGM 3.x and 4.x layouts);
-* ``parse_version_banner(text)`` reads ``dcgmi -v`` / ``dcgmi --version`` output;
+* ``parse_version_banner(text)`` reads ``dcgmi -v`` / ``dcgmi --version`` output (from ``_dcgm_banner``);
 * ``classify_failure(rc, stdout, stderr)`` names the reason a ``dcgmi diag`` run produced no document;
 * ``build_diag_argv(...)`` builds a validated argument list for ``dcgmi diag -r <run> -j``;
 * ``process_timeout(run, timeout, command_timeout)`` is how long that process may run before it is killed.
@@ -35,6 +35,8 @@ import json
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._command import escape_controls
+# The version banner reader is in its own small file: gpu_facts reads the banner on every node and need not ship (and compile) this one.
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._dcgm_banner import parse_version_banner  # noqa: F401  pylint: disable=unused-import
 
 SCHEMA_VERSION = 1
 
@@ -831,65 +833,6 @@ def parse_diag_text(text):
     if len(tables) > 1:
         result['tables'] = len(tables)
     return result
-
-
-# --------------------------------------------------------------------------- version banner
-
-_SECTION_HOSTENGINE_RE = re.compile(r'^host\s*engine\s+build\s+info\s*:?\s*$', re.IGNORECASE)
-_SECTION_LOCAL_RE = re.compile(r'^(?:local|client|dcgmi)\s+build\s+info\s*:?\s*$', re.IGNORECASE)
-_BANNER_KV_RE = re.compile(r'^([A-Za-z][A-Za-z0-9 _.-]*?)\s*:\s*(.*?)\s*$')
-_VERSION_RE = re.compile(r'[0-9]+(?:\.[0-9]+)+(?:[-+~][0-9A-Za-z.]+)?')
-
-
-def parse_version_banner(text):
-    """Parse ``dcgmi -v`` / ``dcgmi --version`` output.
-
-    Returns ``{'version', 'build_id', 'hostengine_version', 'hostengine_build_id', 'build_date',
-    'commit_id', 'branch_name', 'client', 'hostengine'}``: the dcgmi (client) build and, when
-    ``Hostengine build info:`` is printed, the host engine's.  ``client``/``hostengine`` hold every
-    ``Key : Value`` line with lower-cased keys (``hostengine`` is None when no host engine answered).
-    Values that are absent are None; nothing is raised for unexpected text.
-    """
-    text = _to_text(text)
-    sections = {'client': {}, 'hostengine': None}
-    current = 'client'
-    for raw_line in text.splitlines():
-        line = raw_line.strip()
-        if not line:
-            continue
-        if _SECTION_HOSTENGINE_RE.match(line):
-            current = 'hostengine'
-            sections['hostengine'] = {}
-            continue
-        if _SECTION_LOCAL_RE.match(line):
-            current = 'client'
-            continue
-        match = _BANNER_KV_RE.match(line)
-        if match:
-            key = re.sub(r'\s+', ' ', match.group(1).strip().lower())
-            value = match.group(2).strip()
-            if not value:
-                continue
-            if key != 'version' and key.endswith(' version') and 'version' not in sections[current]:
-                # TCLAP style: "dcgmi  version: 3.3.1"
-                found = _VERSION_RE.search(value)
-                if found and key.split(' ')[0] in ('dcgmi', 'dcgm', 'nv-hostengine', 'hostengine'):
-                    sections[current]['version'] = found.group(0)
-            sections[current].setdefault(key, value)
-    client = sections['client']
-    hostengine = sections['hostengine']
-    engine = hostengine or {}
-    return {
-        'version': client.get('version'),
-        'build_id': client.get('build id'),
-        'hostengine_version': engine.get('version'),
-        'hostengine_build_id': engine.get('build id'),
-        'build_date': client.get('build date'),
-        'commit_id': client.get('commit id'),
-        'branch_name': client.get('branch name'),
-        'client': client,
-        'hostengine': hostengine,
-    }
 
 
 # --------------------------------------------------------------------------- failures

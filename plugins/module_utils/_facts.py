@@ -20,7 +20,7 @@ import json
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _dcgm
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _dcgm_banner
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _nvidia_smi
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _packages
 
@@ -54,6 +54,24 @@ def filter_packages(parsed):
         if info.get('held'):
             held.append(base)
     return packages, held
+
+
+SYSTEMCTL_PROPERTIES = '--property=Id,LoadState,ActiveState,SubState,UnitFileState'
+
+
+def split_systemctl_show(text):
+    """``systemctl show --property=Id,... UNIT...`` (several units in one call) -> ``{unit name without .service: its block}``.
+
+    systemd prints one block per unit, separated by an empty line, each with its ``Id``; a block without an Id is dropped."""
+    blocks = {}
+    for block in (text or '').split('\n\n'):
+        unit = None
+        for line in block.splitlines():
+            if line.startswith('Id='):
+                unit = line[len('Id='):].strip()
+        if unit:
+            blocks[unit[:-len('.service')] if unit.endswith('.service') else unit] = block.strip('\n') + '\n'
+    return blocks
 
 
 def parse_systemctl_show(text):
@@ -116,7 +134,7 @@ def _banner(raw, key, parser):
 
 
 def _tools(raw):
-    dcgm = _banner(raw, 'dcgmi', _dcgm.parse_version_banner) or {}
+    dcgm = _banner(raw, 'dcgmi', _dcgm_banner.parse_version_banner) or {}
     cli = _banner(raw, 'nvidia-container-cli', _packages.parse_nvidia_container_cli_version) or {}
     return {
         'dcgm': dcgm.get('version'),

@@ -181,6 +181,26 @@ def result(state, phase, reason='', marks=None, end=None, facts_before=None, fac
     }
 
 
+def summary_stats(rows, batch=None, fail_states=('rolled_back', 'quarantined'), max_fail_percentage=0, results_dir='', run_id=''):
+    """The rollout's summary for AWX (set_stats ``gpufleet_rollout_summary``), batch mode: the keys of the window mode's
+    (``rollout`` step=finish) ``run_id``, ``status`` (``stopped`` when this batch's failures stop the rollout, ``finished``
+    when no node is pending, else ``running``), ``counts`` per state, ``nodes`` (state and reason of each), ``message``."""
+    rows = list(rows or [])
+    nodes = {}
+    for row in rows:
+        result = row.get('result') or {}
+        nodes[row.get('node')] = {'state': result.get('state', 'pending'), 'reason': result.get('reason') or ''}
+    counts = {}
+    for entry in nodes.values():
+        counts[entry['state']] = counts.get(entry['state'], 0) + 1
+    lines = summary(rows, batch=batch, fail_states=fail_states, max_fail_percentage=max_fail_percentage, results_dir=results_dir)
+    stops = len(lines) > len(rows)
+    status = 'stopped' if stops else 'running' if counts.get('pending') else 'finished'
+    shown = ', '.join('%d %s' % (counts[state], state) for state in sorted(counts))
+    return {'run_id': run_id, 'status': status, 'counts': counts, 'nodes': nodes, 'results_dir': results_dir,
+            'message': lines[-1] if stops else 'run %s %s: %s' % (run_id or '-', status, shown or 'no nodes')}
+
+
 def summary(rows, batch=None, fail_states=('rolled_back', 'quarantined'), max_fail_percentage=0, results_dir=''):
     """The lines a rollout prints after each batch: one per node (``pending`` when not started yet), and a last
     line when this batch's failures stop the rollout.  ``rows``: ``[{'node', 'result' or None}]`` in play order."""

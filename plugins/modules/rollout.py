@@ -272,6 +272,16 @@ counts:
   description: I(step=finish), I(step=control) - nodes per state.
   type: dict
   returned: step=finish or step=control
+nodes:
+  description: I(step=finish), I(step=control) - each node's C(state) and C(reason) (the ledger's).
+  type: dict
+  returned: step=finish or step=control
+summary:
+  description:
+    - I(step=finish) - the run's summary the rollout playbooks hand AWX with C(set_stats) as C(gpufleet_rollout_summary), with
+      C(run_id), C(status), C(counts), C(nodes), C(left), C(pause), C(message), C(ledger_file), C(state_file), C(results_dir).
+  type: dict
+  returned: step=finish
 ledger_file:
   description: I(step=finish) - the path of C(ledger.jsonl).
   type: str

@@ -382,7 +382,7 @@ def walk(current, target):
 
 
 def summary(state):
-    """The run in numbers and one line: counts per state, the pause and what is left."""
+    """The run in numbers and one line: counts per state, each node's state and reason, the pause and what is left."""
     counts = collections.Counter(record['state'] for record in state['nodes'].values())
     left = sorted(name for name, record in state['nodes'].items() if record['state'] not in _gate.FINAL)
     pause = state.get('pause') or {}
@@ -392,8 +392,9 @@ def summary(state):
         line += '; paused (%s): %s' % (pause.get('rule') or pause.get('by') or 'paused', pause.get('reason') or '')
     if left:
         line += '; not finished: %s' % ', '.join(left[:20]) + (' and %d more' % (len(left) - 20) if len(left) > 20 else '')
+    nodes = dict((name, {'state': record['state'], 'reason': record.get('reason') or ''}) for name, record in sorted(state['nodes'].items()))
     return {'run_id': state['run_id'], 'status': state.get('status'), 'counts': dict(counts), 'left': left,
-            'pause': state.get('pause'), 'message': line}
+            'pause': state.get('pause'), 'message': line, 'nodes': nodes}
 
 
 def escalation_payload(run_id, decision, state):

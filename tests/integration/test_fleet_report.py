@@ -9,11 +9,16 @@ for the drift report on real apt/dpkg: gpu-01 on the pin, gpu-02 with another co
 with a GPU fallen off the bus (broken).
 """
 
+import collections
 import datetime
+import html.parser
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
+import zlib
 
 import jsonschema
 import junitparser
@@ -27,6 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, 'tests', 'sim', 'packages'))
 import catalog  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.gpufleet.lifecycle.tests.needs import require_tool  # noqa: E402  pylint: disable=wrong-import-position
 
 DRIFT_REPORT = os.path.join(ROOT, 'playbooks', 'drift_report.yml')
 PLAYBOOKS = os.path.join(os.path.dirname(__file__), 'playbooks')
@@ -160,6 +166,151 @@ def test_drift_report_callback_files(stand_in_fleet, tmp_path):
         page = handle.read()
     assert 'data-component="driver"' in page and '515.105.01' in page
     assert sorted(os.listdir(str(out))) == ['junit.xml', 'metrics.prom', 'report.html', 'report.json', 'report.md']
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# report.html in headless Chromium (Debian's chromium package, installed by hacking/system_tools.sh).
+
+# The screenshot and the DOM Chromium built are kept for a person to look at (make clean removes them).
+HTML_ARTIFACTS = os.path.join(ROOT, 'tests', 'output', 'fleet_report')
+WINDOW = (1280, 1600)
+# The report's CSS backgrounds of a node's state (fleet_report.html.j2): each must be painted on the screenshot.
+PAINTED = {'in_sync': b'\xe8\xf5\xe9', 'drifted': b'\xff\xf3\xe0', 'broken': b'\xff\xeb\xee'}
+
+
+def chromium(page, profile, *arguments):
+    """Run headless Chromium on ``page`` (a file); fails, never skips, when Chromium is not installed."""
+    binary = require_tool('chromium', 'apt-get install chromium (Debian; make test does it as root, hacking/system_tools.sh)')
+    # --no-sandbox: the tests run as root; its own profile folder, so parallel runs and a person's profile do not collide.
+    command = [binary, '--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--hide-scrollbars', '--user-data-dir=' + profile,
+               '--window-size=%d,%d' % WINDOW] + list(arguments) + ['file://' + page]
+    process = subprocess.run(command, capture_output=True, text=True, check=False, timeout=90)
+    assert process.returncode == 0, process.stderr[-3000:]
+    return process
+
+
+def png_colours(path):
+    """((width, height), Counter of RGB pixels) of an 8-bit, non-interlaced RGB or RGBA PNG (what Chromium writes)."""
+    with open(path, 'rb') as handle:
+        data = handle.read()
+    assert data[:8] == b'\x89PNG\r\n\x1a\n', '%s is not a PNG' % path
+    position, compressed, header = 8, [], None
+    while position < len(data):
+        length, kind = struct.unpack('>I4s', data[position:position + 8])
+        if kind == b'IHDR':
+            header = struct.unpack('>IIBBBBB', data[position + 8:position + 8 + length])
+        elif kind == b'IDAT':
+            compressed.append(data[position + 8:position + 8 + length])
+        position += 12 + length
+    width, height, depth, colour_type, _compression, _filter, interlace = header
+    assert depth == 8 and colour_type in (2, 6) and interlace == 0, header
+    channels = 3 if colour_type == 2 else 4
+    raw = zlib.decompress(b''.join(compressed))
+    stride = width * channels
+    previous = bytearray(stride)
+    colours = collections.Counter()
+    for row in range(height):
+        start = row * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        if kind == 2:
+            line = bytearray((value + above) & 255 for value, above in zip(line, previous))
+        elif kind in (1, 3, 4):
+            for index in range(stride):
+                left = line[index - channels] if index >= channels else 0
+                above = previous[index]
+                if kind == 1:
+                    predicted = left
+                elif kind == 3:
+                    predicted = (left + above) >> 1
+                else:
+                    corner = previous[index - channels] if index >= channels else 0
+                    estimate = left + above - corner
+                    distances = (abs(estimate - left), abs(estimate - above), abs(estimate - corner))
+                    predicted = left if distances[0] <= distances[1] and distances[0] <= distances[2] else above if distances[1] <= distances[2] else corner
+                line[index] = (line[index] + predicted) & 255
+        colours.update(bytes(line[index:index + 3]) for index in range(0, stride, channels))
+        previous = line
+    return (width, height), colours
+
+
+class ReportPage(html.parser.HTMLParser):
+    """The summary cards and the drift tables of the DOM Chromium dumped."""
+
+    def __init__(self):
+        super().__init__()
+        self.cards = {}
+        self.drift = {}
+        self._card = None
+        self._table = None
+        self._row = None
+        self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        if tag == 'div' and 'card' in (attributes.get('class') or '').split():
+            self._card = []
+        elif tag == 'table' and attributes.get('class') == 'drift':
+            self._table = self.drift.setdefault(attributes.get('data-component'), [])
+        elif tag == 'tr' and self._table is not None:
+            self._row = []
+        elif tag == 'td' and self._row is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag == 'div' and self._card is not None:
+            words = ' '.join(self._card).split()
+            self.cards[' '.join(words[:-1])] = words[-1]
+            self._card = None
+        elif tag == 'td' and self._cell is not None:
+            self._row.append(''.join(self._cell).strip())
+            self._cell = None
+        elif tag == 'tr' and self._row is not None:
+            if self._row:
+                self._table.append(tuple(self._row[:4]))
+            self._row = None
+        elif tag == 'table':
+            self._table = None
+
+    def handle_data(self, data):
+        for part in (self._card, self._cell):
+            if part is not None:
+                part.append(data)
+
+
+def test_report_html_renders_in_headless_chromium(stand_in_fleet, tmp_path):
+    """The drift report's report.html as a browser shows it: the DOM Chromium builds holds the summary and a drift table per
+    component that match report.json, and the screenshot is a page of the window's size painted with the states' colours."""
+    inventory, pin = stand_in_fleet
+    out = tmp_path / 'report'
+    process = run_with_report(DRIFT_REPORT, inventory, out, '-e', 'gpufleet_pin_file=%s' % pin)
+    assert process.returncode == 0, process.stderr
+    report = load_report(out)
+    page = os.path.join(str(out), 'report.html')
+    shutil.rmtree(HTML_ARTIFACTS, ignore_errors=True)
+    os.makedirs(HTML_ARTIFACTS)
+    screenshot = os.path.join(HTML_ARTIFACTS, 'report-html.png')
+    chromium(page, str(tmp_path / 'profile'), '--screenshot=' + screenshot)
+    dom = chromium(page, str(tmp_path / 'profile'), '--dump-dom').stdout
+    with open(os.path.join(HTML_ARTIFACTS, 'report-html.dom.html'), 'w', encoding='utf-8') as handle:
+        handle.write(dom)
+    parsed = ReportPage()
+    parsed.feed(dom)
+    parsed.close()
+    assert parsed.cards == {'nodes': '3', 'in_sync': '1', 'drifted': '1', 'broken': '1', 'failures': str(report['summary']['failures'])}
+    expected = dict((component, sorted((node['name'], entry['status'], entry['actual'] if entry['actual'] is not None else 'not installed',
+                                        entry['expected'] or '-')
+                                       for node in report['nodes'] if (node['drift'] or {}).get('components')
+                                       for name, entry in node['drift']['components'].items() if name == component))
+                    for component in ('driver', 'container_toolkit', 'dcgm'))
+    assert dict((component, sorted(rows)) for component, rows in parsed.drift.items() if component in expected) == expected
+    assert ('old-driver', 'drifted', '515.105.01', '535.54.03') in parsed.drift['driver']
+    assert ('old-driver', 'drifted', '1.11.0-1', '1.12.0') in parsed.drift['container_toolkit']
+    size, colours = png_colours(screenshot)
+    assert size == WINDOW
+    white = colours.get(b'\xff\xff\xff', 0)
+    assert white < 0.97 * size[0] * size[1], 'the screenshot is (nearly) blank'
+    assert dict((state, colours.get(rgb, 0) > 400) for state, rgb in PAINTED.items()) == dict((state, True) for state in PAINTED), dict(
+        (state, colours.get(rgb, 0)) for state, rgb in PAINTED.items())
 
 
 def test_drift_report_fails_for_alerting_only_when_asked(stand_in_fleet, tmp_path):
@@ -344,3 +495,42 @@ def test_drift_report_through_ansible_runner_leaves_artifacts_and_the_summary(st
     assert (artifacts / 'rc').read_text(encoding='utf-8') == '0' and (artifacts / 'job_events').is_dir()
     report = load_report(tmp_path / 'report')
     assert dict((node['name'], node['state']) for node in report['nodes']) == {'in-sync': 'in_sync', 'old-driver': 'drifted', 'mismatch': 'broken'}
+
+
+BATCH_SUMMARY = """---
+- name: The end of two batches of a rollout in batch mode
+  hosts: nodes
+  gather_facts: false
+  serial: 2
+  max_fail_percentage: 100
+  vars:
+    gpufleet_run_id: r-batch
+    gpufleet_max_fail_percentage: 100
+    gpufleet_results_dir: /results
+  tasks:
+    - name: A result per node
+      ansible.builtin.set_fact:
+        node_upgrade_result: {state: "{{ outcome[inventory_hostname] }}", phase: validate, reason: "{{ reasons.get(inventory_hostname, '') }}"}
+    - name: Report the batch
+      ansible.builtin.include_role:
+        name: gpufleet.lifecycle.node_upgrade
+        tasks_from: summary
+"""
+
+
+def test_batch_mode_hands_awx_the_rollout_summary(tmp_path):
+    """The role's batch summary (roles/node_upgrade/tasks/summary.yml) hands on gpufleet_rollout_summary with set_stats; the last
+    batch's wins, and it holds every node of the play."""
+    playbook = tmp_path / 'batch.yml'
+    playbook.write_text(BATCH_SUMMARY, encoding='utf-8')
+    variables = {'outcome': {'n1': 'done', 'n2': 'rolled_back', 'n3': 'done'}, 'reasons': {'n2': 'validation failed on the new pin'}}
+    environment = ansible_environment()
+    environment['ANSIBLE_SHOW_CUSTOM_STATS'] = '1'
+    process = subprocess.run(['ansible-playbook', '-i', local_inventory(tmp_path, ['n1', 'n2', 'n3']), str(playbook), '-e', json.dumps(variables)],
+                             env=environment, cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+    assert process.returncode == 2, process.stdout[-3000:] + process.stderr
+    assert json.loads(process.stdout)['global_custom_stats']['gpufleet_rollout_summary'] == {
+        'run_id': 'r-batch', 'status': 'finished', 'counts': {'done': 2, 'rolled_back': 1}, 'results_dir': '/results',
+        'nodes': {'n1': {'state': 'done', 'reason': ''}, 'n2': {'state': 'rolled_back', 'reason': 'validation failed on the new pin'},
+                  'n3': {'state': 'done', 'reason': ''}},
+        'message': 'run r-batch finished: 2 done, 1 rolled_back'}

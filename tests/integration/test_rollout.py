@@ -559,3 +559,93 @@ def test_the_circuit_breaker_counts_earlier_runs_until_an_operator_resets_it(fle
         assert [event['to'] for event in events if event['node'] is None][-3:] == ['breaker_reset', 'running', 'finished']
     finally:
         quarantine_cleanup(fleet, ['gpu-04'])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The fleet report of a rollout with a rollback and a quarantine, through ansible-runner (the engine AWX uses).
+
+PIN_580 = {'driver': '580.65.06', 'fabric_manager': '580.65.06', 'container_toolkit': '1.17.0', 'dcgm': '4.1.0'}
+
+
+def report_agrees_with_ledger(out, events, state):
+    """report.json, junit.xml and metrics.prom of the fleet_report callback in ``out`` tell what the ledger tells: the same
+    nodes, final states and reasons, and the same count of nodes per state."""
+    import collections  # pylint: disable=import-outside-toplevel
+    from test_fleet_report import junit_cases, load_report, metric_samples  # pylint: disable=import-outside-toplevel,import-error
+
+    report = load_report(out)
+    ledger_nodes = dict((name, (record['state'], record['reason'])) for name, record in state['nodes'].items())
+    assert report['run']['id'] == state['run_id'] and report['run']['ledger_status'] == state['status']
+    assert dict((node['name'], (node['state'], node['ledger']['reason'])) for node in report['nodes']) == ledger_nodes
+    for node in report['nodes']:
+        final, reason = ledger_nodes[node['name']]
+        if final in ('rolled_back', 'quarantined'):
+            assert reason and node['failure']['kind'] == final and node['failure']['reason'].startswith(reason), (node['failure'], reason)
+        else:
+            assert node['failure'] is None, node['failure']
+    # Every move of a node in the ledger is a bar of its timeline (the ledger's states over time).
+    for node in report['nodes']:
+        moves = [event['to'] for event in events if event['node'] == node['name']]
+        assert [span['phase'] for span in node['timeline']] == [move for move in moves if move != 'pending'], node['name']
+    cases = junit_cases(out)
+    assert sorted(cases) == sorted(ledger_nodes)
+    expected_cases = dict((name, [('Failure', final)] if final in ('rolled_back', 'quarantined') else
+                           [('Skipped', None)] if final in ('left_alone', 'deferred', 'pending') else [])
+                          for name, (final, _reason) in ledger_nodes.items())
+    assert cases == expected_cases
+    import junitparser  # pylint: disable=import-outside-toplevel
+    for case in list(junitparser.JUnitXml.fromfile(os.path.join(str(out), 'junit.xml')))[0]:
+        final, reason = ledger_nodes[case.name]
+        assert all(reason in (item.message or '') for item in case.result), (case.name, [item.message for item in case.result], reason)
+    samples = metric_samples(out)
+    counted = dict((dict(labels)['state'], value) for (name, labels), value in samples.items() if name == 'gpufleet_nodes')
+    ledger_counts = collections.Counter(final for final, _reason in ledger_nodes.values())
+    assert dict((name, count) for name, count in counted.items() if count) == dict(ledger_counts)
+    assert all(counted.get(name) == 0 for name in counted if name not in ledger_counts)
+    return report
+
+
+def test_a_rollout_through_ansible_runner_reports_what_its_ledger_says(fleet, tmp_path):
+    """Window mode with the pin, through ansible-runner with the fleet_report callback: gpu-04 drained by an admin (left alone),
+    gpu-05 fails DCGM on the new driver only (rolled back), gpu-06 has lost a GPU (Xid 79) before it starts (quarantined at the
+    precheck, nothing converged: the cheap quarantine). The runner's artifacts hold the
+    rollout summary the playbook hands on with set_stats, and report.json, junit.xml and metrics.prom agree with the ledger."""
+    import ansible_runner  # pylint: disable=import-outside-toplevel
+
+    environment = fleet.vars['gpufleet_slurm_environment']
+    run_dir = str(tmp_path / 'runs')
+    values = dict(SIM_VARS, gpufleet_run_dir=run_dir, gpufleet_hosts='gpu-04,gpu-05,gpu-06', gpufleet_window=2, gpufleet_canary=0,
+                  gpufleet_max_fail_percentage=100, gpufleet_pin=PIN_580, gpufleet_results_dir=str(tmp_path / 'results'))
+    runner_env = ansible_environment()
+    for name in ('ANSIBLE_STDOUT_CALLBACK', 'ANSIBLE_CALLBACK_RESULT_FORMAT'):
+        runner_env.pop(name, None)
+    runner_env.update({'ANSIBLE_CALLBACKS_ENABLED': 'gpufleet.lifecycle.fleet_report', 'GPUFLEET_REPORT_DIR': str(tmp_path / 'report')})
+    (tmp_path / 'runner').mkdir()
+    slurm_sim.scontrol(environment, 'update', 'NodeName=gpu-04', 'State=DRAIN', 'Reason=admin: fan replacement')
+    fleet.fleet('fault', 'gpu-05', 'diag_fail', 'branch=580', 'gpu=2')
+    fleet.fleet('fault', 'gpu-06', 'xid', 'gpu=5', 'xid=79')
+    try:
+        runner = ansible_runner.run(private_data_dir=str(tmp_path / 'runner'), playbook=ROLLING_RESTART, inventory=fleet.inventory,
+                                    ident='rollout', extravars=values, envvars=runner_env, quiet=True)
+        events, state = ledger(run_dir)
+    finally:
+        slurm_sim.scontrol(environment, 'update', 'NodeName=gpu-04', 'State=RESUME')
+        quarantine_cleanup(fleet, ['gpu-05', 'gpu-06'])
+    output = runner.stdout.read()
+    assert (runner.status, runner.rc) == ('successful', 0), output[-6000:]
+    assert {node: record['state'] for node, record in state['nodes'].items()} == {
+        'gpu-04': 'left_alone', 'gpu-05': 'rolled_back', 'gpu-06': 'quarantined'}, state['nodes']
+    assert state['status'] == 'finished'
+    # AWX's artifacts: the job's rc and events, and the summary set_stats handed on (the ledger's words).
+    artifacts = tmp_path / 'runner' / 'artifacts' / 'rollout'
+    assert (artifacts / 'rc').read_text(encoding='utf-8') == '0' and (artifacts / 'job_events').is_dir()
+    stats = [event for event in runner.events if event['event'] == 'playbook_on_stats'][0]['event_data']['artifact_data']
+    summary = stats['gpufleet_rollout_summary']
+    assert (summary['run_id'], summary['status']) == (state['run_id'], 'finished')
+    assert summary['counts'] == {'left_alone': 1, 'rolled_back': 1, 'quarantined': 1}
+    assert summary['nodes'] == dict((name, {'state': record['state'], 'reason': record['reason']}) for name, record in state['nodes'].items())
+    assert summary['ledger_file'] == os.path.join(run_dir, state['run_id'], 'ledger.jsonl')
+    # The live progress lines are in the job output, from the ledger.
+    assert 'gpu-05 rolling_back \u2192 rolled_back (' in output and 'gpu-06 admitted \u2192 quarantined (' in output, output[-4000:]
+    report = report_agrees_with_ledger(tmp_path / 'report', events, state)
+    assert 'dcgm_diag_r1' in [node for node in report['nodes'] if node['name'] == 'gpu-05'][0]['failure']['reason']

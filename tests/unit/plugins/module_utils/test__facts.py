@@ -7,6 +7,7 @@ import pytest
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _facts
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import assemble, filter_packages, module_loaded, parse_systemctl_show
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import split_systemctl_show
 from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import real_output_path
 
 T4 = real_output_path('nvidia-smi-xml', 'telegraf_tesla-t4_515.105.01_v11.xml')
@@ -104,6 +105,20 @@ def test_filter_keeps_nvidia_stack_and_holds():
 ])
 def test_systemctl_show(text, expected):
     assert parse_systemctl_show(text) == expected
+
+
+def test_one_systemctl_call_for_every_unit_splits_into_each_units_state():
+    with open(real_output_path('systemd', 'systemctl-show_4units_systemd252_debian12_sim-node.txt'), encoding='utf-8') as handle:
+        blocks = split_systemctl_show(handle.read())
+    assert sorted(blocks) == sorted(_facts.SERVICES)
+    states = dict((unit, parse_systemctl_show(blocks[unit])) for unit in _facts.SERVICES)
+    assert states == {'nvidia-fabricmanager': {'active': 'active', 'sub': 'running', 'enabled': 'enabled'},
+                      'nvidia-persistenced': {'active': 'active', 'sub': 'running', 'enabled': 'enabled'},
+                      'nvidia-dcgm': {'active': 'active', 'sub': 'running', 'enabled': 'enabled'},
+                      'dcgm': None}
+    # Each block is the unit's own: the not-found unit's lines do not leak into the unit before it.
+    assert 'not-found' not in blocks['nvidia-dcgm'] and blocks['dcgm'].startswith('Id=dcgm.service\n')
+    assert split_systemctl_show('') == {} and split_systemctl_show('LoadState=loaded\n') == {}
 
 
 def test_module_loaded_matches_whole_name():

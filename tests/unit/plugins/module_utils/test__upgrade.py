@@ -102,3 +102,20 @@ def test_summary_lists_every_node_and_says_why_the_rollout_stops():
     assert lines[1].split() == ['gpu-02', 'pending', '-', '-', '->', '-']
     assert lines[2] == 'rollout stops: 1 of 1 node(s) of this batch failed (max_fail_percentage 0); results in /r'
     assert len(summary([{'node': 'gpu-01', 'result': canary}], batch=['gpu-01', 'gpu-02', 'gpu-03'], max_fail_percentage=50)) == 1
+
+
+def test_summary_stats_for_awx_counts_states_and_says_whether_the_rollout_stopped():
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._upgrade import summary_stats
+    canary = {'state': 'quarantined', 'phase': 'quarantine', 'reason': 'validate: dcgm_diag_r1 failed'}
+    rows = [{'node': 'gpu-01', 'result': canary}, {'node': 'gpu-02', 'result': None}]
+    stats = summary_stats(rows, batch=['gpu-01'], results_dir='/r', run_id='r1')
+    assert stats == {'run_id': 'r1', 'status': 'stopped', 'counts': {'quarantined': 1, 'pending': 1}, 'results_dir': '/r',
+                     'nodes': {'gpu-01': {'state': 'quarantined', 'reason': 'validate: dcgm_diag_r1 failed'},
+                               'gpu-02': {'state': 'pending', 'reason': ''}},
+                     'message': 'rollout stops: 1 of 1 node(s) of this batch failed (max_fail_percentage 0); results in /r'}
+    # Within the budget: running while a node is pending, finished when none is.
+    assert summary_stats(rows, batch=['gpu-01'], max_fail_percentage=100)['status'] == 'running'
+    done = {'state': 'done', 'phase': 'uncordon', 'reason': ''}
+    finished = summary_stats([{'node': 'gpu-01', 'result': canary}, {'node': 'gpu-02', 'result': done}], batch=['gpu-02'], run_id='r1')
+    assert (finished['status'], finished['counts'], finished['message']) == ('finished', {'quarantined': 1, 'done': 1},
+                                                                             'run r1 finished: 1 done, 1 quarantined')

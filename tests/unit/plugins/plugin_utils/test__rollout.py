@@ -235,6 +235,8 @@ def test_summary_and_escalation(tmp_path):
     report = _rollout.summary(state)
     assert report['counts'] == {'done': 1, 'admitted': 1, 'pending': 2}
     assert report['left'] == ['n2', 'n3', 'n4'] and 'not finished: n2, n3, n4' in report['message']
+    assert report['nodes']['n1'] == {'state': 'done', 'reason': 'test'} and report['nodes']['n3'] == {'state': 'pending', 'reason': ''}
+    assert sorted(report['nodes']) == ['n1', 'n2', 'n3', 'n4']
     payload = _rollout.escalation_payload('r1', {'rule': 'budget', 'reason': 'too many'}, state)
     assert payload['rule'] == 'budget' and payload['counts']['done'] == 1 and payload['run_id'] == 'r1'
 
