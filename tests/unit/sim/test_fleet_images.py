@@ -32,8 +32,9 @@ class Recorder(FLEET.Fleet):
         return subprocess.CompletedProcess(['podman'] + list(arguments), 0, '\n'.join(IMAGES) + '\n', '')
 
 
-@pytest.mark.parametrize('reference, operating_system', [(IMAGES[0], 'debian12'), (IMAGES[1], 'debian12'), (IMAGES[3], 'rocky9'),
-                                                          (IMAGES[4], 'rocky9')])
+@pytest.mark.parametrize('reference, operating_system', [
+    (IMAGES[0], 'debian12'), (IMAGES[1], 'debian12'), (IMAGES[3], 'rocky9'), (IMAGES[4], 'rocky9'),
+])
 def test_image_os(reference, operating_system):
     assert FLEET.Fleet.image_os(reference) == operating_system
 
