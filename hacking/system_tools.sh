@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Install the Debian packages the test suites use, when missing (root on Debian/Ubuntu only).
 #   the shellcheck program: ansible-test sanity's shellcheck test skips itself without it.
-#   rpm (>= 4.16): the unit tests check the rpm version comparison against the real rpm.
+#   rpm (>= 4.16): the unit tests check the rpm version comparison against the real rpm; rpmbuild (in Debian's rpm)
+#     and createrepo-c (createrepo_c, modifyrepo_c) build the simulated fleet's rpm repository (rocky9 nodes).
 #   chromium: the fleet report's integration test opens report.html in headless Chromium (screenshot and DOM).
 # A suite whose tool is missing fails and says what to install; none skips (docs/development.md, "Missing tools").
 set -o errexit -o nounset -o pipefail
 
 missing=()
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
-command -v rpm >/dev/null 2>&1 || missing+=(rpm)
+command -v rpmbuild >/dev/null 2>&1 || missing+=(rpm)
+command -v createrepo_c >/dev/null 2>&1 || missing+=(createrepo-c)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 [ ${#missing[@]} -eq 0 ] && exit 0
 

@@ -5,12 +5,11 @@
 
 The molecule scenario extensions/molecule/gpu_stack runs create, check, converge, idempotence, check,
 verify, destroy (550 -> 580).  The playbook-level cases use their own fleet (build/sim-gpu-stack-fleet,
-4 nodes on the 550 branch, no scheduler): gpu-01 the quartet check -> apply -> apply -> check,
-gpu-02 a stray second branch, gpu-03 bad pins that must fail before touching the node, gpu-04 the RHEL
-(dnf) path with a stand-in dnf and rpm.
+3 Debian nodes on the 550 branch, no scheduler): gpu-01 the quartet check -> apply -> apply -> check,
+gpu-02 a stray second branch, gpu-03 bad pins that must fail before touching the node; rocky-01, a rocky9 node added
+to the same fleet, the RHEL path on real dnf and rpm.
 """
 
-import base64
 import json
 import os
 import re
@@ -49,7 +48,7 @@ def test_molecule_gpu_stack_scenario():
 
 @pytest.fixture(scope='module')
 def stack_fleet():
-    yield from fleet_up(FLEET_STATE, 4, 'none')
+    yield from fleet_up(FLEET_STATE, 3, 'none')
 
 
 @pytest.fixture(scope='module')
@@ -286,143 +285,161 @@ def test_open_flavour_through_a_configured_mirror(stack_fleet, playbook):
 
 
 # --- The RHEL (dnf) path ----------------------------------------------------------------------------
-# No RHEL node can be started here: gpu-04 is a simulated node whose facts say Rocky Linux 9
-# (tests/integration/rhel/library/rhel9_facts.py), with tests/integration/rhel/fake_dnf.py as its dnf and
-# rpm.  The roles' dnf tasks run for real against it; the test asserts the commands they ran, in order.
+# rocky-01 joins the same fleet as a rocky9 node (tests/sim/fleet up --os rocky9): the Debian base with real dnf 4, its
+# versionlock plugin and rpm, whose os-release says Rocky Linux 9, so Ansible's own facts take the roles' dnf path. Its
+# packages are dummy rpms with NVIDIA's RHEL names and epochs in a createrepo_c repository whose modules.yaml carries the
+# nvidia-driver streams (tests/sim/packages/build_rpm_repo.py); it starts on the 550-dkms stream, every package locked.
+# Every assertion reads the node back with real rpm and dnf.
 
-RHEL_NODE = 'gpu-04'
-RHEL_PLAYBOOK = os.path.join(ROOT, 'tests', 'integration', 'rhel', 'converge.yml')
-FAKE_DNF = os.path.join(ROOT, 'tests', 'integration', 'rhel', 'fake_dnf.py')
+ROCKY_NODE = 'rocky-01'
 RHEL_DRIVER = ('nvidia-driver', 'nvidia-driver-libs', 'nvidia-driver-cuda', 'nvidia-driver-cuda-libs', 'nvidia-kmod-common',
                'nvidia-persistenced', 'nvidia-modprobe', 'kmod-nvidia-latest-dkms')
 RHEL_CTK = ('nvidia-container-toolkit', 'nvidia-container-toolkit-base', 'libnvidia-container-tools', 'libnvidia-container1')
-MUTATING = ('install', 'remove', 'reset', 'enable', 'add', 'delete')
+# A stray open kernel module of the old branch beside the proprietary one, the way rpm leaves it when forced.
+RHEL_STRAY = ['rpm', '-i', '--nodeps', '--noscripts', '/srv/gpufleet-rpm/kmod-nvidia-open-dkms-550.127.05-1.el9.noarch.rpm']
 
 
-def rhel_repository():
-    repo = {}
-    for version in ('550.127.05', '580.65.06'):
-        for name in RHEL_DRIVER + ('kmod-nvidia-open-dkms', 'cuda-drivers'):
-            repo.setdefault(name, []).append('3:%s-1.el9' % version)
-        repo.setdefault('nvidia-fabric-manager', []).append('%s-1' % version)
-    for version in ('1.16.2-1', '1.17.0-1'):
-        for name in RHEL_CTK:
-            repo.setdefault(name, []).append(version)
-    repo['datacenter-gpu-manager'] = ['1:3.3.9-1']
-    repo['datacenter-gpu-manager-4-core'] = ['1:4.1.0-1']
-    repo['cuda-toolkit-13-0'] = ['13.0.0-1']
-    return repo
+def rpm_database(fleet):
+    """{name: [E:V-R, ...]} of the NVIDIA stack in the node's rpm database (rpm -qa, real rpm)."""
+    process = fleet.node_exec(ROCKY_NODE, 'rpm', '-qa', '--qf', r'%{NAME}|%{EPOCHNUM}:%{VERSION}-%{RELEASE}\n')
+    assert process.returncode == 0, process.stderr
+    found = {}
+    for line in process.stdout.splitlines():
+        name, evr = line.split('|')
+        if re.match(r'^(nvidia-|kmod-nvidia|libnvidia-|datacenter-gpu-manager|cuda-|kernel$)', name):
+            found.setdefault(name, []).append(re.sub(r'^0:', '', evr))
+    return dict((name, sorted(versions)) for name, versions in found.items())
 
 
-def rhel_550_state():
-    """A RHEL 9 node on the 550 branch, everything locked, plus a stray open-kernel-module kmod of 550."""
-    installed = dict((name, ['3:550.127.05-1.el9']) for name in RHEL_DRIVER)
-    installed.update((name, ['1.16.2-1']) for name in RHEL_CTK)
-    installed['nvidia-fabric-manager'] = ['550.127.05-1']
-    installed['datacenter-gpu-manager'] = ['1:3.3.9-1']
-    locks = dict((name, versions[0]) for name, versions in installed.items())
-    installed['kmod-nvidia-open-dkms'] = ['3:550.127.05-1.el9']
-    return {'repo': rhel_repository(), 'installed': installed, 'locks': locks, 'stream': '550-dkms'}
+def enabled_stream(fleet):
+    """The enabled nvidia-driver stream, as real dnf lists it (dnf module list --enabled)."""
+    process = fleet.node_exec(ROCKY_NODE, 'dnf', '-q', 'module', 'list', '--enabled', 'nvidia-driver')
+    streams = re.findall(r'^nvidia-driver\s+(\S+) \[e\]', process.stdout, re.MULTILINE)
+    assert process.returncode in (0, 1) and len(streams) <= 1, process.stdout + process.stderr
+    return streams[0] if streams else None
 
 
-def node_write(fleet, node, path, data, mode='0644'):
-    encoded = base64.b64encode(data.encode('utf-8')).decode('ascii')
-    process = fleet.node_exec(node, 'python3', '-c', 'import base64, os, sys; os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True); '
-                              'open(sys.argv[1], "wb").write(base64.b64decode(sys.argv[2])); os.chmod(sys.argv[1], int(sys.argv[3], 8))',
-                              path, encoded, mode)
-    assert process.returncode == 0, process.stdout + process.stderr
+def version_locks(fleet):
+    """{name: E:V-R} of dnf versionlock list (real dnf and its versionlock plugin)."""
+    process = fleet.node_exec(ROCKY_NODE, 'dnf', '-q', 'versionlock', 'list')
+    assert process.returncode == 0, process.stderr
+    locks = {}
+    for line in process.stdout.splitlines():
+        match = re.match(r'^(.+)-([0-9]+):([^-]+)-([^-]+)\.\*$', line.strip())
+        if match:
+            locks[match.group(1)] = '%s%s-%s' % ('' if match.group(2) == '0' else match.group(2) + ':', match.group(3), match.group(4))
+    return locks
 
 
-def rhel_state(fleet):
-    return json.loads(fleet.node_exec(RHEL_NODE, 'cat', '/var/lib/gpufleet-fake-dnf/state.json').stdout)
+def rocky_state(fleet):
+    return {'rpm': rpm_database(fleet), 'stream': enabled_stream(fleet), 'locks': version_locks(fleet)}
 
 
-def rhel_calls(fleet):
-    """The dnf/rpm calls since the last call of this function (the log is emptied)."""
-    process = fleet.node_exec(RHEL_NODE, 'sh', '-c', 'cat /var/lib/gpufleet-fake-dnf/calls.log; : > /var/lib/gpufleet-fake-dnf/calls.log')
-    return [json.loads(line) for line in process.stdout.splitlines() if line.strip()]
-
-
-def mutating(calls):
-    return [call for call in calls if call[0] == 'dnf' and any(word in call for word in MUTATING)]
-
-
-def rhel_converge(fleet, pin, *arguments):
-    return fleet.playbook(RHEL_PLAYBOOK, '-e', json.dumps({'target': RHEL_NODE, 'pin': pin}), *arguments)
+def stack_locks(driver, toolkit, dcgm):
+    """The version locks of a whole stack: the driver (epoch 3) and Fabric Manager, the container toolkit, DCGM (epoch 1)."""
+    locks = dict((name, '3:%s-1.el9' % driver) for name in RHEL_DRIVER)
+    locks.update((name, '%s-1' % toolkit) for name in RHEL_CTK)
+    locks['nvidia-fabric-manager'] = '%s-1' % driver
+    locks['datacenter-gpu-manager' if dcgm.startswith('3.') else 'datacenter-gpu-manager-4-core'] = '1:%s-1' % dcgm
+    return locks
 
 
 @pytest.fixture(scope='module')
-def rhel_node(stack_fleet):
-    with open(FAKE_DNF, encoding='utf-8') as handle:
-        script = handle.read()
-    for tool in ('dnf', 'rpm'):
-        node_write(stack_fleet, RHEL_NODE, '/usr/local/bin/' + tool, '#!/usr/bin/python3\n' + script, '0755')
-    node_write(stack_fleet, RHEL_NODE, '/var/lib/gpufleet-fake-dnf/state.json', json.dumps(rhel_550_state()))
-    rhel_calls(stack_fleet)
+def rocky_node(stack_fleet):
+    """rocky-01 added to the gpu_stack fleet (its inventory file now lists it too)."""
+    process = stack_fleet.fleet('up', '--nodes', '1', '--prefix', 'rocky-', '--os', 'rocky9', '--scheduler', 'none')
+    sys.stderr.write(process.stderr)
+    facts = stack_fleet.node_exec(ROCKY_NODE, 'cat', '/etc/os-release')
+    assert 'ID="rocky"' in facts.stdout, facts.stdout
     return stack_fleet
 
 
-def test_rhel_quartet_550_to_580_with_dnf(rhel_node):
-    fleet = rhel_node
-    before = rhel_state(fleet)
-    check = rhel_converge(fleet, PIN_580, '--check', '--diff')
-    assert check.rc == 0, failures(check)
-    assert changed(check, RHEL_NODE) > 0
-    assert mutating(rhel_calls(fleet)) == [], 'check mode ran a dnf command that changes the node'
-    assert rhel_state(fleet) == before
-    shown = task_results(check, SHOWN, RHEL_NODE)
-    assert 'nvidia-driver: 3:550.127.05-1.el9 -> 580.65.06' in shown, shown
-    assert 'datacenter-gpu-manager-4-core: absent -> 4.1.0' in shown, shown
-
-    apply = rhel_converge(fleet, PIN_580)
-    assert apply.rc == 0, failures(apply)
-    calls = mutating(rhel_calls(fleet))
-    driver_specs = [name + '-580.65.06' for name in RHEL_DRIVER]
-    specs = driver_specs + ['nvidia-fabric-manager-580.65.06'] + [name + '-1.17.0' for name in RHEL_CTK] + ['datacenter-gpu-manager-4-core-4.1.0']
-    # One package pass for the whole pin (gpu_stack plans it once): the driver's module stream first (reset, then enable: dnf
-    # refuses to switch an enabled stream), every lock to move released at once, the strays of every component removed
-    # (the open kernel module, DCGM 3 before DCGM 4), one install with every exact version, every package locked again.
-    assert calls == [
-        ['dnf', '-y', 'module', 'reset', 'nvidia-driver'],
-        ['dnf', '-y', 'module', 'enable', 'nvidia-driver:580-dkms'],
-        ['dnf', '-q', 'versionlock', 'delete'] + sorted(RHEL_DRIVER + RHEL_CTK + ('nvidia-fabric-manager', 'datacenter-gpu-manager')),
-        ['dnf', '-y', 'remove', 'datacenter-gpu-manager', 'kmod-nvidia-open-dkms'],
-        ['dnf', '-y', 'install'] + specs,
-        ['dnf', '-q', 'versionlock', 'add'] + specs,
-    ], calls
-    state = rhel_state(fleet)
-    assert state['stream'] == '580-dkms'
-    assert state['installed']['nvidia-driver'] == ['3:580.65.06-1.el9']
-    assert 'kmod-nvidia-open-dkms' not in state['installed'] and 'datacenter-gpu-manager' not in state['installed']
-    assert state['locks'] == dict([(name, '3:580.65.06-1.el9') for name in RHEL_DRIVER] + [(name, '1.17.0-1') for name in RHEL_CTK] + [
-        ('nvidia-fabric-manager', '580.65.06-1'), ('datacenter-gpu-manager-4-core', '1:4.1.0-1')])
-    # The kmod's scriptlet built the module with DKMS, the role verified it, and the reboot loaded it.
-    smi = fleet.node_exec(RHEL_NODE, 'nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader')
-    assert set(smi.stdout.split()) == {'580.65.06'}, smi.stdout + smi.stderr
-    previous = json.loads(fleet.node_exec(RHEL_NODE, 'cat', '/etc/gpufleet/pin.previous.json').stdout)
-    assert previous == {'driver': '550.127.05', 'fabric_manager': '550.127.05', 'container_toolkit': '1.16.2', 'dcgm': '3.3.9'}
-
-    again = rhel_converge(fleet, PIN_580)
-    assert again.rc == 0, failures(again)
-    assert changed(again, RHEL_NODE) == 0, repr(changed(again, RHEL_NODE))
-    assert mutating(rhel_calls(fleet)) == []
-    check_again = rhel_converge(fleet, PIN_580, '--check', '--diff')
-    assert check_again.rc == 0, failures(check_again)
-    assert changed(check_again, RHEL_NODE) == 0, repr(changed(check_again, RHEL_NODE))
+def test_rocky_node_facts_say_dnf(rocky_node, tmp_path):
+    """Ansible's own fact gathering (no override) says RedHat / Rocky 9 / dnf on the rocky9 node."""
+    path = tmp_path / 'facts.yml'
+    path.write_text('---\n- name: Facts\n  hosts: "{{ target }}"\n  gather_facts: true\n  tasks:\n'
+                    '    - name: Show\n      ansible.builtin.debug:\n        msg: "{{ [ansible_facts[\'os_family\'], ansible_facts[\'distribution\'], '
+                    'ansible_facts[\'distribution_major_version\'], ansible_facts[\'pkg_mgr\']] }}"\n', encoding='utf-8')
+    result = rocky_node.playbook(str(path), '-e', json.dumps({'target': ROCKY_NODE}))
+    assert result.rc == 0, failures(result)
+    assert task_results(result, 'Show', ROCKY_NODE) == ['RedHat', 'Rocky', '9', 'dnf']
 
 
-def test_rhel_version_not_in_repository_fails_before_dnf_changes_anything(rhel_node):
-    fleet = rhel_node
-    before = rhel_state(fleet)
-    rhel_calls(fleet)
-    result = rhel_converge(fleet, dict(PIN_580, container_toolkit='1.99.0'))
+def test_rocky_version_not_in_repository_fails_before_dnf_changes_anything(rocky_node, playbook):
+    fleet = rocky_node
+    before = rocky_state(fleet)
+    assert before['stream'] == '550-dkms' and before['locks'] == stack_locks('550.127.05', '1.16.2', '3.3.9'), before
+    result = converge(fleet, playbook, ROCKY_NODE, dict(PIN_580, container_toolkit='1.99.0'))
     assert result.rc != 0
     failed = [outcome for play in result.document['plays'] for task in play['tasks']
-              for host, outcome in task['hosts'].items() if host == RHEL_NODE and outcome.get('failed')]
+              for host, outcome in task['hosts'].items() if host == ROCKY_NODE and outcome.get('failed')]
     message = failed[-1]['msg']
-    assert RHEL_NODE in message and 'gpu_stack_pin.container_toolkit' in message and 'nvidia-container-toolkit-1.99.0' in message, message
-    assert mutating(rhel_calls(fleet)) == []
-    assert rhel_state(fleet) == before
+    assert ROCKY_NODE in message and 'gpu_stack_pin.container_toolkit' in message and 'nvidia-container-toolkit-1.99.0' in message, message
+    assert changed(result, ROCKY_NODE) == 0
+    assert rocky_state(fleet) == before
+
+
+def test_rocky_quartet_550_to_580_with_dnf(rocky_node, playbook):
+    """Check, converge (module stream switch, locks released and set again, a stray kmod and DCGM 3 removed), converge
+    again, check again - on real dnf and rpm."""
+    fleet = rocky_node
+    stray = fleet.node_exec(ROCKY_NODE, *RHEL_STRAY)
+    assert stray.returncode == 0, stray.stdout + stray.stderr
+    before = rocky_state(fleet)
+    assert before['rpm']['kmod-nvidia-open-dkms'] == ['3:550.127.05-1.el9'] and before['rpm']['nvidia-driver'] == ['3:550.127.05-1.el9']
+
+    check = converge(fleet, playbook, ROCKY_NODE, PIN_580, '--check', '--diff')
+    assert check.rc == 0, failures(check)
+    assert changed(check, ROCKY_NODE) > 0
+    assert rocky_state(fleet) == before, 'check mode changed the node'
+    shown = task_results(check, SHOWN, ROCKY_NODE)
+    assert 'nvidia-driver: 3:550.127.05-1.el9 -> 580.65.06' in shown, shown
+    assert 'datacenter-gpu-manager-4-core: absent -> 4.1.0' in shown, shown
+    assert any(line.startswith('purging kmod-nvidia-open-dkms 3:550.127.05-1.el9 ') for line in shown), shown
+    assert any(line.startswith('purging datacenter-gpu-manager 1:3.3.9-1 ') for line in shown), shown
+
+    apply = converge(fleet, playbook, ROCKY_NODE, PIN_580)
+    assert apply.rc == 0, failures(apply)
+    assert changed(apply, ROCKY_NODE) > 0
+    after = rocky_state(fleet)
+    assert after['stream'] == '580-dkms'
+    assert after['locks'] == stack_locks('580.65.06', '1.17.0', '4.1.0'), after['locks']
+    for name, version in after['locks'].items():
+        assert after['rpm'][name] == [version], (name, after['rpm'].get(name))
+    assert 'kmod-nvidia-open-dkms' not in after['rpm'] and 'datacenter-gpu-manager' not in after['rpm'], after['rpm']
+    # The kmod's %post built the module with DKMS, the role verified it, and the reboot loaded it.
+    smi = fleet.node_exec(ROCKY_NODE, 'nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader')
+    assert set(smi.stdout.split()) == {'580.65.06'}, smi.stdout + smi.stderr
+    previous = json.loads(fleet.node_exec(ROCKY_NODE, 'cat', '/etc/gpufleet/pin.previous.json').stdout)
+    assert previous == {'driver': '550.127.05', 'fabric_manager': '550.127.05', 'container_toolkit': '1.16.2', 'dcgm': '3.3.9'}
+
+    again = converge(fleet, playbook, ROCKY_NODE, PIN_580)
+    assert again.rc == 0, failures(again)
+    assert changed(again, ROCKY_NODE) == 0, repr(changed(again, ROCKY_NODE))
+    check_again = converge(fleet, playbook, ROCKY_NODE, PIN_580, '--check', '--diff')
+    assert check_again.rc == 0, failures(check_again)
+    assert changed(check_again, ROCKY_NODE) == 0, repr(changed(check_again, ROCKY_NODE))
+    assert rocky_state(fleet) == after
+
+
+def test_rocky_rollback_is_applying_the_previous_pin(rocky_node, playbook, tmp_path):
+    """rocky-01 is on PIN_580: applying pin.previous.json moves it back to 550 with dnf - the 550-dkms stream again,
+    downgrades, DCGM 4 -> 3 - locked again."""
+    fleet = rocky_node
+    previous = fleet.node_exec(ROCKY_NODE, 'cat', '/etc/gpufleet/pin.previous.json').stdout
+    pin_file = tmp_path / 'pin.previous.json'
+    pin_file.write_text(previous, encoding='utf-8')
+    result = converge(fleet, playbook, ROCKY_NODE, {}, '-e', json.dumps({'gpu_stack_pin_file': str(pin_file)}))
+    assert result.rc == 0, failures(result)
+    after = rocky_state(fleet)
+    assert after['stream'] == '550-dkms'
+    assert after['locks'] == stack_locks('550.127.05', '1.16.2', '3.3.9'), after['locks']
+    for name, version in after['locks'].items():
+        assert after['rpm'][name] == [version], (name, after['rpm'].get(name))
+    assert 'datacenter-gpu-manager-4-core' not in after['rpm'], after['rpm']
+    smi = fleet.node_exec(ROCKY_NODE, 'nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader')
+    assert set(smi.stdout.split()) == {'550.127.05'}, smi.stdout + smi.stderr
+    assert json.loads(fleet.node_exec(ROCKY_NODE, 'cat', '/etc/gpufleet/pin.previous.json').stdout) == PIN_580
 
 
 def booted(fleet, node):

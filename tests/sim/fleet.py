@@ -57,8 +57,15 @@ import kube_fleet  # noqa: E402  pylint: disable=wrong-import-position
 NODE_NAME = re.compile(r'^[a-z][a-z0-9-]{0,40}$')
 LABEL = 'io.gpufleet.sim'
 IMAGE_REPO = 'localhost/gpufleet-sim-node'
-HOST_PACKAGES = ('podman', 'runc', 'mmdebstrap', 'uidmap', 'openssh-client', 'openssl')
+HOST_PACKAGES = ('podman', 'runc', 'mmdebstrap', 'uidmap', 'openssh-client', 'openssl', 'rpm', 'createrepo-c')
+# The commands that tell whether a host package is installed, where they are not named like the package.
+HOST_COMMANDS = {'openssh-client': 'ssh', 'uidmap': 'newuidmap', 'rpm': 'rpmbuild', 'createrepo-c': 'createrepo_c'}
 IMAGE_PACKAGES = ('python3', 'python3-apt', 'systemd', 'systemd-sysv', 'dbus', 'sudo', 'openssh-server', 'iproute2', 'procps')
+# The node operating systems (up --os): debian12 (apt, the default) and rocky9, the same Debian base with real dnf 4, its
+# versionlock plugin and rpm, saying it is Rocky Linux 9 (tests/sim/node/image/customize-rocky9.sh), on the rpm repository
+# of tests/sim/packages/build_rpm_repo.py.
+OPERATING_SYSTEMS = ('debian12', 'rocky9')
+ROCKY9_PACKAGES = ('dnf', 'python3-dnf', 'dnf-plugins-core', 'rpm')
 CONTAINERS_CONF = """[containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
 
@@ -215,7 +222,7 @@ class Fleet:
 
     @staticmethod
     def ensure_host_packages():
-        missing = [package for package in HOST_PACKAGES if not shutil.which({'openssh-client': 'ssh', 'uidmap': 'newuidmap'}.get(package, package))]
+        missing = [package for package in HOST_PACKAGES if not shutil.which(HOST_COMMANDS.get(package, package))]
         if not missing:
             return
         if os.geteuid() != 0:
@@ -269,17 +276,22 @@ class Fleet:
                         return match.group(1)
         return 'http://deb.debian.org/debian'
 
-    def base_image(self):
-        """The node base image (Debian bookworm minbase + systemd + sshd), built once."""
+    def base_image(self, operating_system='debian12'):
+        """The node base image (Debian bookworm minbase + systemd + sshd; rocky9: plus dnf and rpm, saying Rocky 9), built once."""
         image_dir = os.path.join(HERE, 'node', 'image')
-        tag = '%s:base-%s' % (IMAGE_REPO, self._hash([image_dir], ' '.join(IMAGE_PACKAGES)))
+        packages = IMAGE_PACKAGES + (ROCKY9_PACKAGES if operating_system == 'rocky9' else ())
+        hooks = ['customize.sh'] + (['customize-rocky9.sh'] if operating_system == 'rocky9' else [])
+        # The debian12 inputs hash as before the rocky9 variant existed (its cached image stays valid).
+        inputs = [os.path.join(image_dir, name) for name in sorted(hooks) + ['gpufleet-sim-boot.service']]
+        tag = '%s:base-%s%s' % (IMAGE_REPO, '' if operating_system == 'debian12' else operating_system + '-',
+                                self._hash(inputs, ' '.join(packages)))
         if self.image_exists(tag):
             return tag
         log('building the node base image %s with mmdebstrap (about 1-2 minutes)' % tag)
-        tarball = os.path.join(self.state_dir, 'base.tar')
-        run(['mmdebstrap', '--variant=minbase', '--include=' + ','.join(IMAGE_PACKAGES),
-             '--customize-hook=%s "$1"' % os.path.join(image_dir, 'customize.sh'),
-             'bookworm', tarball, self.debian_mirror()], timeout=1200)
+        tarball = os.path.join(self.state_dir, 'base-%s.tar' % operating_system)
+        run(['mmdebstrap', '--variant=minbase', '--include=' + ','.join(packages)]
+            + ['--customize-hook=%s "$1"' % os.path.join(image_dir, hook) for hook in hooks]
+            + ['bookworm', tarball, self.debian_mirror()], timeout=1200)
         self.podman('import', '--change', 'CMD ["/sbin/init"]', tarball, tag, timeout=600)
         os.unlink(tarball)
         return tag
@@ -296,8 +308,10 @@ class Fleet:
         packages = [KERNEL]
         for name, version in wanted:
             packages.extend(argument for argument in catalog.exact_install(name, version) if argument not in packages)
+        # The apt repository's sources only (the rpm side has its own images).
+        sources = [os.path.join(HERE, 'packages', name) for name in ('build_repo.py', 'catalog.py')]
         tag = '%s:%s-%s' % (IMAGE_REPO, branch + ('-fm' if fabric_manager else ''),
-                            self._hash([os.path.join(HERE, 'packages'), os.path.join(HERE, 'node', 'gpufleet_sim')], base + ' '.join(packages)))
+                            self._hash(sources + [os.path.join(HERE, 'node', 'gpufleet_sim')], base + ' '.join(packages)))
         if self.image_exists(tag):
             return tag
         log('provisioning image %s (%s)' % (tag, ' '.join(packages)))
@@ -324,11 +338,68 @@ class Fleet:
             self.podman('rm', '-f', name, check=False)
         return tag
 
-    def prune_images(self, keep):
-        """Remove node images of earlier inputs; images a container still uses are refused by podman and stay."""
+    def rpm_repository(self):
+        """Build (or reuse) the local dnf repository of dummy NVIDIA rpms with its module streams (rocky9 nodes)."""
+        import build_rpm_repo  # pylint: disable=import-outside-toplevel,import-error
+        return build_rpm_repo.build(os.path.join(self.state_dir, 'rpm-repo'))
+
+    @staticmethod
+    def rocky9_provision(branch, fabric_manager):
+        """(module stream, dnf install specs, specs to version-lock) of a rocky9 node on ``branch``: the PROVISION releases
+        under NVIDIA's RHEL names, as its install guide does it (enable the stream, install, lock)."""
+        import catalog  # pylint: disable=import-outside-toplevel,import-error
+        import rpm_catalog  # pylint: disable=import-outside-toplevel,import-error
+        (dummy, driver), (dummy, toolkit), (dcgm, dcgm_version) = PROVISION[branch]
+        driver, toolkit = catalog.upstream_version(driver), catalog.upstream_version(toolkit)
+        locked = ['%s-%s' % (name, driver) for name in rpm_catalog.DRIVER_PIECES + (rpm_catalog.KMODS['dkms'],)]
+        locked += ['nvidia-fabric-manager-%s' % driver] if fabric_manager else []
+        locked += ['%s-%s' % (name, toolkit) for name in ('nvidia-container-toolkit', 'nvidia-container-toolkit-base',
+                                                          'libnvidia-container-tools', 'libnvidia-container1')]
+        locked.append('%s-%s' % (dcgm, catalog.upstream_version(dcgm_version)))
+        return '%s-dkms' % branch, ['gpufleet-sim-base', 'kernel-%s-%s' % rpm_catalog.KERNELS[0]] + locked, locked
+
+    def provisioned_rocky9_image(self, base, branch, fabric_manager):
+        """The rocky9 base image with one driver branch installed by real dnf from the rpm repository, version-locked, cached."""
+        stream, install, locked = self.rocky9_provision(branch, fabric_manager)
+        tag = '%s:rocky9-%s-%s' % (IMAGE_REPO, branch + ('-fm' if fabric_manager else ''),
+                                   self._hash([os.path.join(HERE, 'packages'), os.path.join(HERE, 'node', 'gpufleet_sim')],
+                                              base + stream + ' '.join(install)))
+        if self.image_exists(tag):
+            return tag
+        log('provisioning image %s (dnf: nvidia-driver:%s, %s)' % (tag, stream, ' '.join(install)))
+        name = 'gpufleet-sim-provision-%d' % os.getpid()
+        hardware_dir = os.path.join(self.state_dir, 'provision-etc')
+        os.makedirs(hardware_dir, exist_ok=True)
+        self._write_json(os.path.join(hardware_dir, 'hardware.json'), node_state.make_hardware('provision', 'h100-sxm-8'))
+        self._write_json(os.path.join(hardware_dir, 'faults.json'), {})
+        self.podman('run', '-d', '--name', name, '--network', 'none', '--systemd=always',
+                    '-v', '%s:/usr/lib/gpufleet-sim/gpufleet_sim:ro' % os.path.join(HERE, 'node', 'gpufleet_sim'),
+                    '-v', '%s:/srv/gpufleet-rpm:ro' % self.rpm_repository(),
+                    '-v', '%s:/etc/gpufleet-sim' % hardware_dir, base, '/sbin/init')
+        try:
+            self.wait_for_systemd(name)
+            self.podman('exec', name, 'dnf', '-y', '-q', 'module', 'enable', 'nvidia-driver:' + stream, timeout=300)
+            self.podman('exec', name, 'dnf', '-y', '-q', 'install', *install, timeout=600)
+            self.podman('exec', name, 'dnf', '-q', 'versionlock', 'add', *locked, timeout=300)
+            self.podman('exec', name, 'dnf', 'clean', 'all', timeout=300)
+            self.podman('exec', name, 'systemctl', 'enable', 'nvidia-dcgm.service', *(['nvidia-fabricmanager.service'] if fabric_manager else []))
+            self.podman('stop', '-t', '10', name)
+            self.podman('commit', '--quiet', '--change', 'CMD ["/sbin/init"]', name, tag, timeout=600)
+        finally:
+            self.podman('rm', '-f', name, check=False)
+        return tag
+
+    @staticmethod
+    def image_os(reference):
+        """The node operating system of an image reference (rocky9 images are tagged base-rocky9-... and rocky9-...)."""
+        return 'rocky9' if re.search(r':(?:base-)?rocky9-', reference) else 'debian12'
+
+    def prune_images(self, keep, operating_system='debian12'):
+        """Remove node images of earlier inputs of the same operating system (a debian12 fleet leaves the rocky9 images
+        alone, and the other way round); images a container still uses are refused by podman and stay."""
         listed = self.podman('images', '--format', '{{.Repository}}:{{.Tag}}', IMAGE_REPO, check=False)
         for reference in listed.stdout.split():
-            if reference not in keep:
+            if reference not in keep and self.image_os(reference) == operating_system:
                 self.podman('rmi', reference, check=False)
 
     def wait_for_systemd(self, container, timeout=90):
@@ -378,6 +449,7 @@ class Fleet:
                     '--systemd=always', '--restart=always', '--label', LABEL + '=' + self.state_dir,
                     '-v', '%s:/usr/lib/gpufleet-sim/gpufleet_sim:ro' % os.path.join(HERE, 'node', 'gpufleet_sim'),
                     '-v', '%s:/srv/gpufleet-repo:ro' % spec['repo'],
+                    *(['-v', '%s:/srv/gpufleet-rpm:ro' % spec['rpm_repo']] if spec.get('rpm_repo') else []),
                     '-v', '%s:/etc/gpufleet-sim' % etc,
                     '-v', '%s:/var/lib/gpufleet-sim' % os.path.join(folder, 'var'),
                     '-v', '%s:/etc/ssh/sshd_config.d/gpufleet-node.conf:ro' % sshd,
@@ -408,7 +480,7 @@ class Fleet:
     # ------------------------------------------------------------------ commands
 
     def up(self, count, scheduler, branch, profile, prefix, fabric_manager=None, base_port=SSH_BASE_PORT, bmc=False,
-           bmc_base_port=BMC_BASE_PORT):
+           bmc_base_port=BMC_BASE_PORT, operating_system='debian12'):
         if count < 1 or count > 64:
             raise FleetError('--nodes must be between 1 and 64')
         if not NODE_NAME.match(prefix + '01'):
@@ -418,16 +490,24 @@ class Fleet:
         started = time.time()
         self.ensure_host_packages()
         key = self.prepare()
+        if operating_system not in OPERATING_SYSTEMS:
+            raise FleetError('unknown node operating system %s; known: %s' % (operating_system, ', '.join(OPERATING_SYSTEMS)))
         config = self.load() or {'nodes': {}, 'scheduler': None}
         repo = self.repository()
-        base = self.base_image()
+        base = self.base_image(operating_system)
         if fabric_manager is None:
             fabric_manager = node_state.make_hardware('x', profile).get('nvswitch_count', 0) > 0
-        image = self.provisioned_image(base, branch, fabric_manager)
-        self.prune_images(keep={base, image} | set(spec['image'] for spec in config['nodes'].values()))
+        if operating_system == 'rocky9':
+            rpm_repo = self.rpm_repository()
+            image = self.provisioned_rocky9_image(base, branch, fabric_manager)
+        else:
+            rpm_repo = None
+            image = self.provisioned_image(base, branch, fabric_manager)
+        self.prune_images({base, image} | set(spec['image'] for spec in config['nodes'].values()), operating_system)
         wanted = ['%s%02d' % (prefix, index) for index in range(1, count + 1)]
         for node in wanted:
-            config['nodes'].setdefault(node, {'ssh_port': None, 'profile': profile, 'branch': branch, 'image': image, 'repo': repo})
+            config['nodes'].setdefault(node, {'ssh_port': None, 'profile': profile, 'branch': branch, 'image': image, 'repo': repo,
+                                              'os': operating_system, 'rpm_repo': rpm_repo})
         self.assign_ports(config, [node for node in wanted if not self.running(node)], base_port)
 
         def bring_up(node):
@@ -825,6 +905,9 @@ def main(argv=None):
     up.add_argument('--scheduler', choices=['slurm', 'kubernetes', 'runai', 'none'], default='none')
     up.add_argument('--driver', default='550', help='driver branch the nodes start on (%s)' % ', '.join(sorted(PROVISION)))
     up.add_argument('--profile', default='h100-sxm-8', help='GPU profile: %s' % ', '.join(node_state.PROFILES))
+    up.add_argument('--os', default='debian12', choices=OPERATING_SYSTEMS, dest='operating_system',
+                    help='node operating system: debian12 (apt) or rocky9 (real dnf and rpm, Rocky Linux 9 facts); nodes already in the '
+                         'fleet keep theirs, so "up --nodes 1 --prefix rocky- --os rocky9" adds a Rocky node to a Debian fleet')
     up.add_argument('--prefix', default='gpu-', help='node name prefix (nodes are PREFIX01, PREFIX02, ...)')
     up.add_argument('--ssh-base-port', type=int, default=SSH_BASE_PORT,
                     help='first loopback port to try for the nodes\' sshd (default %(default)s; ports of every fleet on '
@@ -857,7 +940,8 @@ def main(argv=None):
     try:
         if arguments.command == 'up':
             print(fleet.up(arguments.nodes, arguments.scheduler, arguments.driver, arguments.profile, arguments.prefix,
-                           base_port=arguments.ssh_base_port, bmc=arguments.bmc, bmc_base_port=arguments.bmc_base_port))
+                           base_port=arguments.ssh_base_port, bmc=arguments.bmc, bmc_base_port=arguments.bmc_base_port,
+                           operating_system=arguments.operating_system))
         elif arguments.command == 'down':
             fleet.down()
         elif arguments.command == 'status':
