@@ -57,7 +57,16 @@ import kube_fleet  # noqa: E402  pylint: disable=wrong-import-position
 NODE_NAME = re.compile(r'^[a-z][a-z0-9-]{0,40}$')
 LABEL = 'io.gpufleet.sim'
 IMAGE_REPO = 'localhost/gpufleet-sim-node'
-HOST_PACKAGES = ('podman', 'runc', 'mmdebstrap', 'uidmap', 'openssh-client', 'openssl')
+HOST_PACKAGES = ('podman', 'runc', 'mmdebstrap', 'uidmap', 'openssh-client', 'openssl', 'gcc', 'libc6-dev')
+# What shows a host package is installed, where it is not a program of its name.
+HOST_PACKAGE_PROBES = {'openssh-client': 'ssh', 'uidmap': 'newuidmap', 'libc6-dev': '/usr/include/stdlib.h'}
+# The nodes' uname() shim (node/shim/): compiled on the host when a provisioned image is built, loaded through
+# /etc/ld.so.preload in every process of a node, so uname -r prints the kernel the simulated node booted.
+UNAME_SHIM_SOURCE = os.path.join(HERE, 'node', 'shim', 'gpufleet_uname.c')
+UNAME_SHIM = '/usr/lib/gpufleet-sim/libgpufleet-uname.so'
+# A tmpfs over /proc/driver in every node: the boot step shows the loaded module's /proc/driver/nvidia/version there,
+# as nvidia-container-cli shows the host's in a GPU container (runc refuses bind mounts under /proc, not a tmpfs).
+PROC_DRIVER_MOUNT = 'type=tmpfs,destination=/proc/driver,tmpfs-mode=0555'
 IMAGE_PACKAGES = ('python3', 'python3-apt', 'systemd', 'systemd-sysv', 'dbus', 'sudo', 'openssh-server', 'iproute2', 'procps')
 CONTAINERS_CONF = """[containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
@@ -215,7 +224,11 @@ class Fleet:
 
     @staticmethod
     def ensure_host_packages():
-        missing = [package for package in HOST_PACKAGES if not shutil.which({'openssh-client': 'ssh', 'uidmap': 'newuidmap'}.get(package, package))]
+        def present(package):
+            probe = HOST_PACKAGE_PROBES.get(package, package)
+            return os.path.exists(probe) if probe.startswith('/') else bool(shutil.which(probe))
+
+        missing = [package for package in HOST_PACKAGES if not present(package)]
         if not missing:
             return
         if os.geteuid() != 0:
@@ -297,7 +310,8 @@ class Fleet:
         for name, version in wanted:
             packages.extend(argument for argument in catalog.exact_install(name, version) if argument not in packages)
         tag = '%s:%s-%s' % (IMAGE_REPO, branch + ('-fm' if fabric_manager else ''),
-                            self._hash([os.path.join(HERE, 'packages'), os.path.join(HERE, 'node', 'gpufleet_sim')], base + ' '.join(packages)))
+                            self._hash([os.path.join(HERE, 'packages'), os.path.join(HERE, 'node', 'gpufleet_sim'),
+                                        os.path.dirname(UNAME_SHIM_SOURCE)], base + ' '.join(packages)))
         if self.image_exists(tag):
             return tag
         log('provisioning image %s (%s)' % (tag, ' '.join(packages)))
@@ -318,11 +332,25 @@ class Fleet:
             self.podman('exec', name, 'apt-mark', 'hold', *[package.split('=', maxsplit=1)[0] for package in packages if '=' in package])
             # As NVIDIA's install guides do: the DCGM host engine, and Fabric Manager on NVSwitch systems.
             self.podman('exec', name, 'systemctl', 'enable', 'nvidia-dcgm.service', *(['nvidia-fabricmanager.service'] if fabric_manager else []))
+            self.install_uname_shim(name)
             self.podman('stop', '-t', '10', name)
             self.podman('commit', '--quiet', '--change', 'CMD ["/sbin/init"]', name, tag, timeout=600)
         finally:
             self.podman('rm', '-f', name, check=False)
         return tag
+
+    def install_uname_shim(self, container):
+        """Compile the uname() shim on the host and install it in ``container`` with its /etc/ld.so.preload line."""
+        folder = os.path.join(self.state_dir, 'shim')
+        os.makedirs(folder, exist_ok=True)
+        library = os.path.join(folder, os.path.basename(UNAME_SHIM))
+        run(['gcc', '-shared', '-fPIC', '-O2', '-Wall', '-Wextra', '-Werror', '-o', library, UNAME_SHIM_SOURCE])
+        preload = os.path.join(folder, 'ld.so.preload')
+        with open(preload, 'w', encoding='utf-8') as handle:
+            handle.write(UNAME_SHIM + '\n')
+        self.podman('cp', library, '%s:%s' % (container, UNAME_SHIM))
+        self.podman('cp', preload, '%s:/etc/ld.so.preload' % container)
+        self.podman('exec', container, 'chmod', '0644', UNAME_SHIM, '/etc/ld.so.preload')
 
     def prune_images(self, keep):
         """Remove node images of earlier inputs; images a container still uses are refused by podman and stay."""
@@ -375,7 +403,7 @@ class Fleet:
         shutil.copyfile(key + '.pub', authorized)
         os.chmod(authorized, 0o600)
         self.podman('run', '-d', '--name', self.container(node), '--hostname', node, '--network', 'host',
-                    '--systemd=always', '--restart=always', '--label', LABEL + '=' + self.state_dir,
+                    '--systemd=always', '--restart=always', '--label', LABEL + '=' + self.state_dir, '--mount', PROC_DRIVER_MOUNT,
                     '-v', '%s:/usr/lib/gpufleet-sim/gpufleet_sim:ro' % os.path.join(HERE, 'node', 'gpufleet_sim'),
                     '-v', '%s:/srv/gpufleet-repo:ro' % spec['repo'],
                     '-v', '%s:/etc/gpufleet-sim' % etc,
