@@ -63,7 +63,7 @@ def test_new_driver_mismatches_until_reboot(sim_fleet):
     assert (before['health'], before['driver_version']) == ('ok', '550.127.05')
     assert (installed['health'], installed['health_reason']) == ('broken', 'driver_library_mismatch')
     assert installed['health_message'] == ('Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.65\n'
-                                          'loaded kernel module: 550.127.05')
+                                           'loaded kernel module: 550.127.05')
     assert installed['packages']['nvidia-utils-580'] == '580.65.06-0ubuntu1' and 'nvidia-utils-550' not in installed['packages']
     assert (rebooted['health'], rebooted['driver_version'], rebooted['cuda_driver_version']) == ('ok', '580.65.06', '13.0')
     # /proc/driver/nvidia/version shows the loaded module, not the installed one, until the reboot.
