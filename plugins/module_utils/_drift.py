@@ -31,6 +31,7 @@ COMPONENT_BANNERS = {
     'fabric_manager': ('fabric_manager', 'nv-fabricmanager --version'),
 }
 FABRIC_MANAGER_PREFIX = 'nvidia-fabricmanager'
+PROC_DRIVER_VERSION = '/proc/driver/nvidia/version'
 
 STATUS_IN_SYNC = 'in_sync'
 STATUS_DRIFTED = 'drifted'
@@ -156,13 +157,25 @@ def _vbios_expected(pinned):
     return lambda gpu: pinned
 
 
+def loaded_driver(facts):
+    """The loaded driver as (version, source): the kernel module's own banner in ``/proc/driver/nvidia/version`` (the
+    facts' ``kernel_module_version``), else the version nvidia-smi reports (which NVML takes from that module).
+
+    The module is what runs until the next reboot or driver reload, whatever packages are installed; a container that
+    shows the host's module (the GPU Operator's driver container) shows the same file.
+    """
+    if facts.get('kernel_module_version'):
+        return facts['kernel_module_version'], PROC_DRIVER_VERSION
+    return facts.get('driver_version'), 'nvidia-smi'
+
+
 def component_actual(facts, component):
     """The actual value of a scalar component as (value, source)."""
     tools = facts.get('tools') or {}
     if component == 'kernel':
         return facts.get('kernel'), 'uname'
     if component == 'driver':
-        return facts.get('driver_version'), 'nvidia-smi'
+        return loaded_driver(facts)
     if component == 'cuda_driver':
         return facts.get('cuda_driver_version'), 'nvidia-smi'
     if component == 'cuda_toolkit':
@@ -208,7 +221,8 @@ def _fabric_manager_applies(facts):
     return bool(name) or bool((facts.get('tools') or {}).get('fabric_manager'))
 
 
-_FACT_STRINGS = ('health_reason', 'health_message', 'package_manager', 'kernel', 'driver_version', 'cuda_driver_version')
+_FACT_STRINGS = ('health_reason', 'health_message', 'package_manager', 'kernel', 'driver_version', 'kernel_module_version',
+                 'cuda_driver_version')
 _GPU_STRINGS = ('name', 'uuid', 'vbios_version', 'gsp_firmware_version')
 
 

@@ -16,6 +16,9 @@ description:
     C(fabric_manager), C(container_toolkit), C(dcgm), C(cuda_toolkit). An empty or missing value means not pinned."
   - Package versions compare the way the package manager does (epochs C(3:595.71.05-1.el9), revisions C(1.17.0-1),
     tildes C(1.15.0~rc.1-1)); a pin without a revision matches any revision of that upstream version.
+  - The C(kernel) is the running one (C(uname -r)), so a kernel installed but not booted yet is drift until the reboot. The
+    C(driver) is the loaded kernel module from C(/proc/driver/nvidia/version) (C(source) C(/proc/driver/nvidia/version)), else
+    the version nvidia-smi reports (C(source) C(nvidia-smi)).
   - A node whose facts say C(broken) is reported C(broken), never drifted. A node with no driver at all (C(absent)) is drifted
     when a driver is pinned.
   - A pin that pins nothing (an empty or truncated file, every value empty) is an error naming the file. When the pin names
@@ -115,7 +118,7 @@ drift:
     - Empty when in sync or broken.
   type: dict
   returned: always
-  sample: {"driver": {"expected": "580.65.06", "actual": "550.127.05", "source": "nvidia-smi"}}
+  sample: {"driver": {"expected": "580.65.06", "actual": "550.127.05", "source": "/proc/driver/nvidia/version"}}
 components:
   description:
     - Every pinned component, also the ones in sync, for reports (the fleet_report callback reads this key, never the diff).
@@ -125,7 +128,7 @@ components:
       scalar version was read.
   type: dict
   returned: always
-  sample: {"driver": {"status": "in_sync", "expected": "550.127.05", "actual": "550.127.05", "source": "nvidia-smi"}}
+  sample: {"driver": {"status": "in_sync", "expected": "550.127.05", "actual": "550.127.05", "source": "/proc/driver/nvidia/version"}}
 checked:
   description: Components that were pinned and compared.
   type: list

@@ -5,7 +5,7 @@
 
 One fleet per run (the ``sim_fleet`` fixture: 4 nodes, 550 branch, real Slurm). Each test works on its
 own node so the tests do not depend on each other's order: gpu-01 read-only, gpu-02 driver upgrade,
-gpu-03 faults, gpu-04 Slurm.
+gpu-03 faults, gpu-04 Slurm and a kernel update against a kernel pin.
 """
 
 import json
@@ -62,9 +62,14 @@ def test_new_driver_mismatches_until_reboot(sim_fleet):
     rebooted = result.task('Read the GPU stack after the reboot')['gpu-02']['ansible_facts']['gpufleet']
     assert (before['health'], before['driver_version']) == ('ok', '550.127.05')
     assert (installed['health'], installed['health_reason']) == ('broken', 'driver_library_mismatch')
-    assert installed['health_message'] == 'Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.65'
+    assert installed['health_message'] == ('Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.65\n'
+                                           'loaded kernel module: 550.127.05')
     assert installed['packages']['nvidia-utils-580'] == '580.65.06-0ubuntu1' and 'nvidia-utils-550' not in installed['packages']
     assert (rebooted['health'], rebooted['driver_version'], rebooted['cuda_driver_version']) == ('ok', '580.65.06', '13.0')
+    # /proc/driver/nvidia/version shows the loaded module, not the installed one, until the reboot.
+    assert [facts['kernel_module_version'] for facts in (before, installed, rebooted)] == ['550.127.05', '550.127.05', '580.65.06']
+    assert sim_fleet.node_exec('gpu-02', 'cat', '/proc/driver/nvidia/version').stdout.startswith(
+        'NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  ')
     assert rebooted['services']['nvidia-fabricmanager']['active'] == 'active'
     assert all(gpu['gsp_firmware_version'] == '580.65.06' for gpu in rebooted['gpus'])
 
@@ -82,6 +87,40 @@ def test_slurm_drain_waits_for_the_running_job(sim_fleet):
     slurm_sim.scontrol(environment, 'update', 'NodeName=gpu-04', 'State=RESUME')
     # Slurm 22.05 shows IDLE+NOT_RESPONDING for a moment while it pings the node.
     assert slurm_sim.wait_for(environment, 'gpu-04', lambda state: state == 'IDLE', timeout=15).get('Reason') in ('', None, '(null)')
+
+
+def test_kernel_pin_drifts_until_the_node_booted_the_kernel(sim_fleet):
+    old_kernel, new_kernel = catalog.KERNELS[0][0], catalog.KERNELS[1][0]
+    pin = {'kernel': new_kernel, 'driver': '550.127.05'}
+
+    def running(node):
+        uname = sim_fleet.node_exec(node, 'uname', '-r').stdout.strip()
+        python = sim_fleet.node_exec(node, 'python3', '-c', 'import os, platform; print(os.uname().release, platform.release())').stdout.split()
+        booted = dict((row['node'], row['kernel']) for row in json.loads(sim_fleet.fleet('status').stdout)['nodes'])[node]
+        return [uname] + python + [booted]
+
+    assert running('gpu-04') == [old_kernel] * 4
+    report = sim_fleet.playbook(os.path.join(ROOT, 'playbooks', 'drift_report.yml'), '-e', 'gpufleet_hosts=gpu-04',
+                                '-e', json.dumps({'gpufleet_pin': pin}))
+    drift = report.task('Compare the stack with the pin')['gpu-04']
+    assert (drift['status'], drift['drift']) == ('drifted', {'kernel': {'expected': new_kernel, 'actual': old_kernel, 'source': 'uname'}})
+    assert drift['components']['driver'] == {'status': 'in_sync', 'expected': '550.127.05', 'actual': '550.127.05',
+                                             'source': '/proc/driver/nvidia/version'}
+
+    result = sim_fleet.playbook(os.path.join(PLAYBOOKS, 'sim_kernel_pin.yml'), '-e', 'target=gpu-04',
+                                '-e', json.dumps({'kernel_package': 'linux-image-' + new_kernel, 'pin': pin}))
+    assert result.rc == 0, result.stderr
+    # Installed, not booted: still drift, and Ansible's kernel fact is the running kernel.
+    installed = result.task('Compare after the install')['gpu-04']
+    assert (installed['status'], installed['drift']['kernel']['actual']) == ('drifted', old_kernel)
+    assert result.task('Kernel fact after the install')['gpu-04']['ansible_facts']['ansible_kernel'] == old_kernel
+    rebooted = result.task('Compare after the reboot')['gpu-04']
+    assert (rebooted['status'], rebooted['drift']) == ('in_sync', {})
+    assert rebooted['components']['kernel'] == {'status': 'in_sync', 'expected': new_kernel, 'actual': new_kernel, 'source': 'uname'}
+    assert result.task('Kernel fact after the reboot')['gpu-04']['ansible_facts']['ansible_kernel'] == new_kernel
+    facts = result.task('Read the GPU stack after the reboot')['gpu-04']['ansible_facts']['gpufleet']
+    assert (facts['health'], facts['kernel'], facts['kernel_module_version']) == ('ok', new_kernel, '550.127.05')
+    assert running('gpu-04') == [new_kernel] * 4
 
 
 def test_fault_diag_fail_at_level(sim_fleet):
@@ -148,7 +187,9 @@ def test_fault_dkms_fail_kernel_update_comes_back_without_driver(sim_fleet):
     facts = sim_fleet.playbook(os.path.join(PLAYBOOKS, 'sim_reboot.yml'), '-e', 'target=gpu-03').task(
         'Read the GPU stack after the reboot')['gpu-03']['ansible_facts']['gpufleet']
     assert (facts['health'], facts['driver_version']) == ('ok', '550.127.05')
-    assert sim_fleet.fleet('status').stdout.count('6.1.0-28-amd64') == 1
+    kernels = dict((row['node'], row['kernel']) for row in json.loads(sim_fleet.fleet('status').stdout)['nodes'])
+    assert kernels['gpu-03'] == '6.1.0-28-amd64' and kernels['gpu-01'] == kernels['gpu-02'] == '6.1.0-26-amd64', kernels
+    assert sim_fleet.node_exec('gpu-03', 'uname', '-r').stdout == '6.1.0-28-amd64\n'
 
 
 def test_fault_fabric_manager_will_not_start(sim_fleet):

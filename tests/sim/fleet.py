@@ -57,9 +57,17 @@ import kube_fleet  # noqa: E402  pylint: disable=wrong-import-position
 NODE_NAME = re.compile(r'^[a-z][a-z0-9-]{0,40}$')
 LABEL = 'io.gpufleet.sim'
 IMAGE_REPO = 'localhost/gpufleet-sim-node'
-HOST_PACKAGES = ('podman', 'runc', 'mmdebstrap', 'uidmap', 'openssh-client', 'openssl', 'rpm', 'createrepo-c')
-# The commands that tell whether a host package is installed, where they are not named like the package.
-HOST_COMMANDS = {'openssh-client': 'ssh', 'uidmap': 'newuidmap', 'rpm': 'rpmbuild', 'createrepo-c': 'createrepo_c'}
+HOST_PACKAGES = ('podman', 'runc', 'mmdebstrap', 'uidmap', 'openssh-client', 'openssl', 'rpm', 'createrepo-c', 'gcc', 'libc6-dev')
+# What shows a host package is installed, where it is not a program of its name.
+HOST_PACKAGE_PROBES = {'openssh-client': 'ssh', 'uidmap': 'newuidmap', 'rpm': 'rpmbuild', 'createrepo-c': 'createrepo_c',
+                       'libc6-dev': '/usr/include/stdlib.h'}
+# The nodes' uname() shim (node/shim/): compiled on the host when a provisioned image is built, loaded through
+# /etc/ld.so.preload in every process of a node, so uname -r prints the kernel the simulated node booted.
+UNAME_SHIM_SOURCE = os.path.join(HERE, 'node', 'shim', 'gpufleet_uname.c')
+UNAME_SHIM = '/usr/lib/gpufleet-sim/libgpufleet-uname.so'
+# A tmpfs over /proc/driver in every node: the boot step shows the loaded module's /proc/driver/nvidia/version there,
+# as nvidia-container-cli shows the host's in a GPU container (runc refuses bind mounts under /proc, not a tmpfs).
+PROC_DRIVER_MOUNT = 'type=tmpfs,destination=/proc/driver,tmpfs-mode=0555'
 IMAGE_PACKAGES = ('python3', 'python3-apt', 'systemd', 'systemd-sysv', 'dbus', 'sudo', 'openssh-server', 'iproute2', 'procps')
 # The node operating systems (up --os): debian12 (apt, the default) and rocky9, the same Debian base with real dnf 4, its
 # versionlock plugin and rpm, saying it is Rocky Linux 9 (tests/sim/node/image/customize-rocky9.sh), on the rpm repository
@@ -222,7 +230,11 @@ class Fleet:
 
     @staticmethod
     def ensure_host_packages():
-        missing = [package for package in HOST_PACKAGES if not shutil.which(HOST_COMMANDS.get(package, package))]
+        def present(package):
+            probe = HOST_PACKAGE_PROBES.get(package, package)
+            return os.path.exists(probe) if probe.startswith('/') else bool(shutil.which(probe))
+
+        missing = [package for package in HOST_PACKAGES if not present(package)]
         if not missing:
             return
         if os.geteuid() != 0:
@@ -311,7 +323,8 @@ class Fleet:
         # The apt repository's sources only (the rpm side has its own images).
         sources = [os.path.join(HERE, 'packages', name) for name in ('build_repo.py', 'catalog.py')]
         tag = '%s:%s-%s' % (IMAGE_REPO, branch + ('-fm' if fabric_manager else ''),
-                            self._hash(sources + [os.path.join(HERE, 'node', 'gpufleet_sim')], base + ' '.join(packages)))
+                            self._hash(sources + [os.path.join(HERE, 'node', 'gpufleet_sim'), os.path.dirname(UNAME_SHIM_SOURCE)],
+                                       base + ' '.join(packages)))
         if self.image_exists(tag):
             return tag
         log('provisioning image %s (%s)' % (tag, ' '.join(packages)))
@@ -332,6 +345,7 @@ class Fleet:
             self.podman('exec', name, 'apt-mark', 'hold', *[package.split('=', maxsplit=1)[0] for package in packages if '=' in package])
             # As NVIDIA's install guides do: the DCGM host engine, and Fabric Manager on NVSwitch systems.
             self.podman('exec', name, 'systemctl', 'enable', 'nvidia-dcgm.service', *(['nvidia-fabricmanager.service'] if fabric_manager else []))
+            self.install_uname_shim(name)
             self.podman('stop', '-t', '10', name)
             self.podman('commit', '--quiet', '--change', 'CMD ["/sbin/init"]', name, tag, timeout=600)
         finally:
@@ -394,6 +408,19 @@ class Fleet:
         """The node operating system of an image reference (rocky9 images are tagged base-rocky9-... and rocky9-...)."""
         return 'rocky9' if re.search(r':(?:base-)?rocky9-', reference) else 'debian12'
 
+    def install_uname_shim(self, container):
+        """Compile the uname() shim on the host and install it in ``container`` with its /etc/ld.so.preload line."""
+        folder = os.path.join(self.state_dir, 'shim')
+        os.makedirs(folder, exist_ok=True)
+        library = os.path.join(folder, os.path.basename(UNAME_SHIM))
+        run(['gcc', '-shared', '-fPIC', '-O2', '-Wall', '-Wextra', '-Werror', '-o', library, UNAME_SHIM_SOURCE])
+        preload = os.path.join(folder, 'ld.so.preload')
+        with open(preload, 'w', encoding='utf-8') as handle:
+            handle.write(UNAME_SHIM + '\n')
+        self.podman('cp', library, '%s:%s' % (container, UNAME_SHIM))
+        self.podman('cp', preload, '%s:/etc/ld.so.preload' % container)
+        self.podman('exec', container, 'chmod', '0644', UNAME_SHIM, '/etc/ld.so.preload')
+
     def prune_images(self, keep, operating_system='debian12'):
         """Remove node images of earlier inputs of the same operating system (a debian12 fleet leaves the rocky9 images
         alone, and the other way round); images a container still uses are refused by podman and stay."""
@@ -446,7 +473,7 @@ class Fleet:
         shutil.copyfile(key + '.pub', authorized)
         os.chmod(authorized, 0o600)
         self.podman('run', '-d', '--name', self.container(node), '--hostname', node, '--network', 'host',
-                    '--systemd=always', '--restart=always', '--label', LABEL + '=' + self.state_dir,
+                    '--systemd=always', '--restart=always', '--label', LABEL + '=' + self.state_dir, '--mount', PROC_DRIVER_MOUNT,
                     '-v', '%s:/usr/lib/gpufleet-sim/gpufleet_sim:ro' % os.path.join(HERE, 'node', 'gpufleet_sim'),
                     '-v', '%s:/srv/gpufleet-repo:ro' % spec['repo'],
                     *(['-v', '%s:/srv/gpufleet-rpm:ro' % spec['rpm_repo']] if spec.get('rpm_repo') else []),

@@ -6,7 +6,9 @@
 It "boots" the newest installed kernel (``boot/vmlinuz-*``, ``dpkg --compare-versions`` order),
 "loads" the nvidia module built for it (``lib/modules/<kernel>/updates/dkms/nvidia.ko``) or none,
 forgets the daemons of the previous boot (pid files under ``run/gpufleet-sim/``, the legacy
-``nvidia-smi -pm`` setting) and writes ``run/gpufleet-sim/boot.json``::
+``nvidia-smi -pm`` setting), shows the kernel and the module where tools read them on metal
+(``run/gpufleet-sim/kernel-release`` for the node's ``uname()`` shim, ``proc/driver/nvidia/version`` while a
+module is loaded: :func:`state.publish`) and writes ``run/gpufleet-sim/boot.json``::
 
     {"kernel": "6.1.0-26-amd64", "driver": "550.127.05" or null, "open": false,
      "boot_id": "<uuid4>", "booted_at": 1732200000}
@@ -124,6 +126,7 @@ def boot(now=None):
         # Fault gpu_lost: this boot does not find the GPU (it is missing from nvidia-smi and dcgmi until a boot without the fault).
         record['absent_gpus'] = [int(lost.get('gpu', 0))]
     state.write_json(state.BOOT_FILE, record)
+    state.publish(record)
     install_modprobe()
     if driver:
         make_device_nodes(state.load_hardware())

@@ -6,7 +6,8 @@
 ``modprobe -r nvidia`` unloads the simulated module (``boot.json`` ``driver`` becomes null, as after
 ``rmmod``); ``modprobe nvidia`` (or ``nvidia_uvm``, ``nvidia_drm``, ``nvidia_modeset``, ``nvidia_peermem``,
 which depend on it) loads the module built for the booted kernel, exactly as the boot step does, and
-records ``reloaded_at``; the boot id does not change.  The kmod messages and exit codes are the real ones:
+records ``reloaded_at``; the boot id does not change.  ``/proc/driver/nvidia/version`` goes and comes with the
+module, as on metal (:func:`state.publish`).  The kmod messages and exit codes are the real ones:
 ``modprobe: FATAL: Module nvidia is not in kernel.`` (rc 1) for an unload of a module that is not loaded,
 ``modprobe: FATAL: Module nvidia not found in directory /lib/modules/<kernel>`` (rc 1) when none is built.
 Any other module goes to the real ``/usr/sbin/modprobe`` or ``/sbin/modprobe`` when the node has one.
@@ -38,6 +39,7 @@ def _unload(module, quiet):
         record['open'] = False
         record['unloaded_at'] = int(time.time())
         state.write_json(state.BOOT_FILE, record)
+        state.publish(record)
     return 0
 
 
@@ -53,6 +55,7 @@ def _load(module, quiet):
         return 1
     record.update({'driver': driver, 'open': bool(is_open), 'reloaded_at': int(time.time())})
     state.write_json(state.BOOT_FILE, record)
+    state.publish(record)
     boot_step.make_device_nodes(state.load_hardware())
     return 0
 

@@ -13,6 +13,10 @@ path                                                      meaning
                                                           :func:`make_hardware`)
 ``etc/gpufleet-sim/faults.json``                          injected faults, ``{name: {setting: value}}``
 ``run/gpufleet-sim/boot.json``                            written by the boot step: the loaded driver
+``run/gpufleet-sim/kernel-release``                       the booted kernel's release, for the ``uname()`` shim
+                                                          (``/etc/ld.so.preload``): what ``uname -r`` prints
+``proc/driver/nvidia/version``                            the loaded module's banner, while one is loaded
+                                                          (a tmpfs over ``/proc/driver`` in a node)
 ``usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1``            link to ``libnvidia-ml.so.<version>``: the
                                                           installed user-space driver (NVML)
 ``usr/share/gpufleet-sim/versions/<package>``             one file per installed dummy package, content
@@ -41,6 +45,7 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 import uuid
 
 ROOT_ENV = 'GPUFLEET_SIM_ROOT'
@@ -62,6 +67,13 @@ DKMS_SOURCE_DIR = 'usr/src'
 MODULES_DIR = 'lib/modules'
 KERNEL_DIR = 'boot'
 XID_LOG = 'var/lib/gpufleet-sim/xid.log'
+# Read by the uname() shim (node/shim/gpufleet_uname.c) that /etc/ld.so.preload loads into every process of a node.
+KERNEL_RELEASE_FILE = 'run/gpufleet-sim/kernel-release'
+# What the loaded nvidia module shows on metal; in a node /proc/driver is a tmpfs (fleet.py start_node).
+PROC_DRIVER_DIR = 'proc/driver/nvidia'
+PROC_DRIVER_VERSION = 'proc/driver/nvidia/version'
+# The compiler the node's DKMS builds the module with (Debian bookworm's gcc, as `gcc -v` ends: with a space).
+NODE_GCC = 'gcc version 12.2.0 (Debian 12.2.0-14) '
 MODULE_SUBPATH = 'updates/dkms/nvidia.ko'
 
 _NVML_RE = re.compile(r'^libnvidia-ml\.so\.([0-9]+(?:\.[0-9]+)+)$')
@@ -476,3 +488,59 @@ def read_module(kernel):
         return None, False
     words = text.split()
     return words[0], 'open' in words[1:]
+
+
+def module_built_at(kernel):
+    """Modification time of the module built for ``kernel`` (when the simulated DKMS built it), None when there is none."""
+    try:
+        return int(os.path.getmtime(path(module_path(kernel))))
+    except (OSError, TypeError):
+        return None
+
+
+def proc_driver_version(driver, is_open, built_at, hostname):
+    """``/proc/driver/nvidia/version`` of a loaded module, in the kernel module's own format.
+
+    NVIDIA's ``nv_procfs_read_version`` prints ``"NVRM version: %s\\n"`` with the module's id and ``"GCC version:  %s\\n"``
+    with the compiler's ``-v`` last line.  The proprietary module's id is ``NVIDIA UNIX x86_64 Kernel Module  <version>
+    <date>``; a module built from the open source is ``NVIDIA UNIX Open Kernel Module for x86_64  <version>  Release
+    Build  (<user>@<host>)  <date>`` (real captures: tests/unit/fixtures/real-outputs/proc/).  The date here is when the
+    simulated DKMS built the module (UTC, as ``date`` prints it in the C locale).
+    """
+    stamp = time.strftime('%a %b %e %H:%M:%S UTC %Y', time.gmtime(built_at or 0))
+    if is_open:
+        module_id = 'NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build  (root@%s)  %s' % (driver, hostname or 'localhost', stamp)
+    else:
+        module_id = 'NVIDIA UNIX x86_64 Kernel Module  %s  %s' % (driver, stamp)
+    return 'NVRM version: %s\nGCC version:  %s\n' % (module_id, NODE_GCC)
+
+
+def publish(record):
+    """Show the booted kernel and the loaded driver of ``record`` (boot.json) where tools read them on metal.
+
+    ``run/gpufleet-sim/kernel-release`` (what ``uname -r`` prints through the node's uname() shim) holds the booted
+    kernel; ``proc/driver/nvidia/version`` exists exactly while a module is loaded.  Where ``/proc/driver`` cannot be
+    written (a container started without the tmpfs over it) the driver file is left alone: tools then see no module,
+    as before.  Returns the paths written.
+    """
+    written = []
+    kernel = (record or {}).get('kernel')
+    if kernel:
+        write_text(KERNEL_RELEASE_FILE, kernel + '\n')
+        written.append(KERNEL_RELEASE_FILE)
+    else:
+        remove(KERNEL_RELEASE_FILE)
+    driver = (record or {}).get('driver')
+    try:
+        if driver:
+            text = proc_driver_version(driver, record.get('open'), module_built_at(kernel), (load_hardware() or {}).get('node'))
+            write_text(PROC_DRIVER_VERSION, text)
+            os.chmod(path(PROC_DRIVER_VERSION), 0o444)
+            written.append(PROC_DRIVER_VERSION)
+        else:
+            remove(PROC_DRIVER_VERSION)
+            if os.path.isdir(path(PROC_DRIVER_DIR)):
+                os.rmdir(path(PROC_DRIVER_DIR))
+    except OSError:
+        pass
+    return written

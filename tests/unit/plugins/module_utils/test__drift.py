@@ -7,8 +7,10 @@ import copy
 
 import pytest
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _facts
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._drift import (
     COMPONENTS, DriftError, compute_drift, normalize_pin, render_diff)
+from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import read_real_output
 
 H100 = 'NVIDIA H100 80GB HBM3'
 A100 = 'NVIDIA A100-SXM4-80GB'
@@ -276,3 +278,42 @@ def test_components_not_applicable_fabric_manager():
     node['tools'] = dict(node['tools'], fabric_manager=None)
     report = compute_drift(node, PIN)
     assert report['components']['fabric_manager'] == {'status': 'not_applicable', 'expected': PIN['fabric_manager'], 'actual': None}
+
+
+# --------------------------------------------------------------------------- the running kernel and the loaded driver
+
+def _assembled(proc_name, smi_stdout, rc=0):
+    """gpufleet facts as gpu_facts assembles them from a real /proc/driver/nvidia/version and nvidia-smi's answer."""
+    return _facts.assemble({'kernel': '6.1.0-26-amd64', 'proc_driver_version': read_real_output('proc', proc_name),
+                            'nvidia_smi': {'path': '/usr/bin/nvidia-smi', 'rc': rc, 'stdout': smi_stdout, 'stderr': ''}})
+
+
+def test_driver_is_the_loaded_module_from_proc():
+    # The module's banner is the authoritative loaded driver; nvidia-smi's answer (from the same module) is the fallback.
+    node = facts(driver_version='565.57.01', kernel_module_version='565.57.01')
+    report = compute_drift(node, {'driver': '580.65.06'})
+    assert report['drift']['driver'] == {'expected': '580.65.06', 'actual': '565.57.01', 'source': '/proc/driver/nvidia/version'}
+    assert compute_drift(node, {'driver': '565'})['components']['driver']['source'] == '/proc/driver/nvidia/version'
+    assert compute_drift(facts(kernel_module_version=None), {'driver': '580'})['components']['driver']['source'] == 'nvidia-smi'
+
+
+def test_real_mismatch_is_broken_and_names_the_loaded_module():
+    # truenas-nvidia-drivers#19: 580.178 installed, 580.173.02 still loaded; nvidia-smi refuses, the node is not compared.
+    node = _assembled('proc-driver-nvidia-version_580.173.02_nvml-mismatch_truenas-nvidia-drivers-issue19.txt',
+                      read_real_output('proc', 'nvidia-smi_nvml-mismatch_580.178-vs-580.173.02_truenas-nvidia-drivers-issue19.txt'), rc=18)
+    assert (node['health_reason'], node['kernel_module_version']) == ('driver_library_mismatch', '580.173.02')
+    assert node['health_message'].endswith('loaded kernel module: 580.173.02')
+    report = compute_drift(node, {'driver': '580.178', 'kernel': '6.1.0-26-amd64'})
+    assert report['status'] == 'broken' and report['drift'] == {}
+
+
+def test_kernel_pin_compares_the_running_kernel():
+    # A kernel installed but not booted is drift: the running kernel (uname -r) is what counts.
+    report = compute_drift(facts(kernel='6.1.0-26-amd64'), {'kernel': '6.1.0-28-amd64'})
+    assert report['drift']['kernel'] == {'expected': '6.1.0-28-amd64', 'actual': '6.1.0-26-amd64', 'source': 'uname'}
+    assert compute_drift(facts(kernel='6.1.0-28-amd64'), {'kernel': '6.1.0-28-amd64'})['status'] == 'in_sync'
+
+
+def test_kernel_module_version_must_be_a_string():
+    with pytest.raises(DriftError, match=r'facts\.kernel_module_version must be a string or null, got int'):
+        compute_drift(facts(kernel_module_version=580), {'driver': '580'})

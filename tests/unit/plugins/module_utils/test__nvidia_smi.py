@@ -600,3 +600,13 @@ def test_a_corrupted_kernel_log_line_is_read_with_escapes():
     found = find_kernel_gpu_errors(b'\n'.join(lines))
     assert [(item['kind'], item['xid']) for item in found] == [('xid', 13), ('xid', 13), ('xid', 13), ('xid', 109)]
     assert '\\xff\\x1b[2J NVRM: Xid' in found[0]['line'] and '\x1b' not in found[0]['line']
+
+
+@pytest.mark.parametrize('name, expected', [
+    ('proc-driver-nvidia-version_580.173.02_nvml-mismatch_truenas-nvidia-drivers-issue19.txt', '580.173.02'),
+    ('proc-driver-nvidia-version_open_565.57.01_ubuntu24.04_nixGL-issue186.txt', '565.57.01'),
+    ('proc-driver-nvidia-version_384.98_ubuntu_neofetch-issue876.txt', '384.98'),
+])
+def test_parse_proc_driver_version_real_files(name, expected):
+    # The module's own banner, never the compiler's version on the next line.
+    assert parse_proc_driver_version(read_real_output('proc', name)) == expected
