@@ -271,3 +271,18 @@ def test_plan_lines():
     assert 'canary: the window opens after 1 canary node(s) pass' in lines[1]
     assert lines[2].startswith('  - n3') and 'not planned; cordoned_by_others' in lines[2]
     assert lines[-1].startswith('predicted: %ss for 2 node(s), window 2, canary 1' % plan['predicted_seconds'])
+
+
+def test_scheduler_retry_doubles_the_pause_up_to_the_cap_and_gives_up_at_the_timeout():
+    waited, pause, sleeps = 0.0, 1.0, []
+    while True:
+        retry = _rollout.scheduler_retry(waited, pause, 100, cap=30)
+        if retry is None:
+            break
+        sleep, pause = retry
+        sleeps.append(sleep)
+        waited += sleep
+    assert sleeps == [1, 2, 4, 8, 16, 30, 30, 9]
+    assert waited == 100
+    assert _rollout.scheduler_retry(5, 1, 5) is None          # timed out: no more tries
+    assert _rollout.scheduler_retry(0, 0.01, 5) == (0.2, 0.02)  # never a busy loop
