@@ -11,7 +11,7 @@ timeout, no BMC, a short drain timeout); the policy comes as extra variables.
     run N (pin 580, window 4, floor 30 %): one node fault per node, a long job, an admin's drain and a second rollout,
         all asserted from the same ledger
     runs K (gpu-02, pin 580, DCGM failing on 580): ansible-playbook killed with SIGKILL in each phase, re-run each time
-    runs L (gpu-04..06, reboot only): the ledger's file system full, then read-only, mid-run
+    runs L (gpu-04, gpu-06, gpu-10, reboot only): the ledger's file system full, then read-only, mid-run
     run S (gpu-07..09, reboot only): slurmctld stopped mid-run
     runs P, A (Kubernetes, the fake API server for the same nodes, reboot only): a drain a PodDisruptionBudget blocks
         (gpu-01); the API server stopped mid-run (gpu-03, gpu-10)
@@ -446,9 +446,9 @@ def test_a_stale_lock_from_a_dead_controller(reliability, runs_k):
 
 @pytest.fixture(scope='module')
 def runs_l(fleet, tmp_path_factory):
-    """gpu-04, gpu-05, gpu-06, reboot only, window 1, the run folder on a 512 KiB tmpfs: full while the first node reboots,
+    """gpu-04, gpu-06, gpu-10 (healthy after run N: gpu-05 is left broken by its failed rollback), reboot only, window 1, the run folder on a 512 KiB tmpfs: full while the first node reboots,
     freed and run again; read-only while the second node reboots, made writable and run again."""
-    nodes = ['gpu-04', 'gpu-05', 'gpu-06']
+    nodes = ['gpu-04', 'gpu-06', 'gpu-10']
     for node in nodes:
         resume(fleet, node)
     folder = str(tmp_path_factory.mktemp('run-l'))
@@ -505,7 +505,7 @@ def storage_scenario(reliability, runs_l, kind, error, injected):
     scenario = reliability.scenario('controller fault', 'the ledger folder %s mid-run' % kind, injected=injected)
     stopped = runs_l[kind]
     node = stopped['node']
-    others = [other for other in ('gpu-04', 'gpu-05', 'gpu-06') if stopped['state']['nodes'][other]['state'] == 'pending']
+    others = [other for other in ('gpu-04', 'gpu-06', 'gpu-10') if stopped['state']['nodes'][other]['state'] == 'pending']
     assert stopped['rc'] != 0 and error in stopped['stdout'], stopped['stdout'][-4000:]
     # Nothing after the fault: the nodes still pending were not admitted, cordoned or rebooted.
     assert others, stopped['state']['nodes']
