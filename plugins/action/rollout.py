@@ -43,6 +43,7 @@ ARGUMENT_SPEC = dict(
     order=dict(type='list', elements='str', default=[]),
     poll=dict(type='float', default=5.0),
     admit_timeout=dict(type='float', default=0.0),
+    scheduler_timeout=dict(type='float', default=300.0),
     result=dict(type='dict', default={}),
     verb=dict(type='str', choices=list(VERBS)),
     passed=dict(type='bool', default=False),
@@ -58,6 +59,8 @@ COMMAND_TIMEOUT = 60
 ARRIVAL_GRACE_POLLS = 2
 # A host counts as waiting at the gate while it polled within this many poll intervals.
 WAITING_POLLS = 3
+# The gate asks a scheduler that does not answer again after the poll interval, doubled each time up to this (seconds).
+SCHEDULER_BACKOFF_MAX = 30.0
 
 
 class GateError(Exception):
@@ -138,6 +141,34 @@ class ActionModule(ActionBase):
         except (GateError, _rollout.RolloutError, _slurm.SlurmParseError) as exc:
             result.setdefault('warnings', []).append('the scheduler could not be read (%s); a capacity floor waits until it can' % exc)
             return _rollout.Fleet({}, ())
+
+    def _fleet_or_stop(self, args, task_vars, ledger, node, result):
+        """The scheduler's answer for the gate, asked again with a doubling pause while it does not answer (slurmctld or the
+        Kubernetes API gone); after ``scheduler_timeout`` seconds the run is paused (rule ``scheduler``) and (None, why)
+        returned: no node is admitted while the scheduler cannot be read, and the nodes in flight keep their own states."""
+        started = time.time()
+        pause = max(0.2, args['poll'])
+        tries = 0
+        error = ''
+        while True:
+            tries += 1
+            try:
+                return self._read_fleet(args, task_vars, list(ledger.state['nodes'])), None
+            except (GateError, _rollout.RolloutError, _slurm.SlurmParseError) as exc:
+                error = to_native(exc)
+            if args['scheduler'] == 'none':
+                raise GateError(error)
+            retry = _rollout.scheduler_retry(time.time() - started, pause, args['scheduler_timeout'], SCHEDULER_BACKOFF_MAX)
+            if retry is None or os.getppid() == 1:
+                break
+            sleep, pause = retry
+            time.sleep(sleep)
+        why = 'the scheduler (%s) did not answer %d tries over %ds: %s' % (args['scheduler'], tries, round(time.time() - started), error)
+        with ledger.locked() as state:
+            if state['status'] == 'running':
+                ledger.set_status('paused', why, details={'rule': 'scheduler', 'by': 'gate'})
+        result.setdefault('warnings', []).append('%s: %s; the run is paused and %s stays pending' % (node, why, node))
+        return None, why
 
     @staticmethod
     def _backend(spec):
@@ -340,6 +371,7 @@ class ActionModule(ActionBase):
         domains = {}
         hostvars = task_vars.get('hostvars') or {}
         parent = os.getppid()
+        caught = ''
         while True:
             if os.getppid() != parent:
                 # ansible-playbook is gone (killed): an orphaned worker must not admit anyone.
@@ -348,7 +380,16 @@ class ActionModule(ActionBase):
             policy = _policy.load_policy(state['policy'])
             if policy.domain_var and not domains:
                 domains = {name: self._hostvar(task_vars, name, policy.domain_var) for name in hostvars}
-            scheduler = self._fleet_or_empty(args, task_vars, list(state['nodes']), result).view(domains)
+            if state['status'] == 'paused' and (state.get('pause') or {}).get('rule') == 'scheduler':
+                decision = _gate.Decision('pending', 'scheduler', 'the run is paused: %s' % state['pause'].get('reason'))
+                waited = round(time.time() - started, 1)
+                break
+            scheduler, why = self._fleet_or_stop(args, task_vars, ledger, node, result)
+            if scheduler is None:
+                decision = _gate.Decision('pending', 'scheduler', why)
+                waited = round(time.time() - started, 1)
+                break
+            scheduler = scheduler.view(domains)
             now = _ledger.utcnow()
             pause_set = None
             with ledger.locked() as state:
@@ -368,6 +409,7 @@ class ActionModule(ActionBase):
                         decision = _gate.Decision(_gate.WAIT, 'order', '%s is ahead of %s in the plan and may go now' % (ahead, node))
                 if decision.action == _gate.ADMIT:
                     details = {'canary': True} if decision.canary else None
+                    caught = state['nodes'][node]['state'] if decision.rule == 'resume' else ''
                     ledger.transition(node, 'admitted', decision.reason, details=details, resume=decision.rule == 'resume')
                     self._waiting(backend, ledger.run_id, node, False, ttl)
                 elif decision.action in (_gate.SKIP, _gate.PAUSE):
@@ -393,6 +435,7 @@ class ActionModule(ActionBase):
         result.update(changed=verdict == _gate.ADMIT, verdict=verdict, admitted=verdict == _gate.ADMIT, rule=decision.rule,
                       reason=decision.reason, canary=decision.canary, waited=waited, msg='%s: %s (%s): %s' % (node, verdict, decision.rule, decision.reason))
         if verdict == _gate.ADMIT:
+            result['caught'] = caught
             result['ansible_facts'] = {'gpufleet_ledger': dict(spec, results_dir=results_dir)}
 
     def _settle(self, args, task_vars, result):

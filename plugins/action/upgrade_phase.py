@@ -41,12 +41,18 @@ def _write_result(folder, node, document):
     os.makedirs(folder, mode=0o755, exist_ok=True)
     path = os.path.join(folder, '%s.json' % node)
     temporary = '%s.%d.tmp' % (path, os.getpid())
-    with open(temporary, 'w', encoding='utf-8') as handle:
-        handle.write(json.dumps(document, indent=4, sort_keys=True) + '\n')
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
+    try:
+        with open(temporary, 'w', encoding='utf-8') as handle:
+            handle.write(json.dumps(document, indent=4, sort_keys=True) + '\n')
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except OSError as exc:
+        # A full or read-only file system: say which file.
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise OSError(exc.errno, exc.strerror, path) from None
     return path
 
 

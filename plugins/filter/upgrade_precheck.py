@@ -28,6 +28,14 @@ options:
     description: Leave the node alone.
     type: bool
     default: false
+  resumed_from:
+    description:
+      - The rollout ledger state a crash caught the node in (the rollout gate's C(caught)), C("") when not resumed.
+      - From C(converging), C(rebooting), C(validating) or C(rolling_back) a broken node goes ahead whatever I(on_broken)
+        says (the procedure itself left it half-way, for example NVML newer than the loaded driver before the reboot);
+        the validation decides.
+    type: str
+    default: ""
 '''
 
 EXAMPLES = r'''
@@ -47,9 +55,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._upgrade import UpgradeInputError, precheck
 
 
-def upgrade_precheck(facts, on_broken='quarantine', skip=False):
+def upgrade_precheck(facts, on_broken='quarantine', skip=False, resumed_from=''):
     try:
-        return precheck(facts, on_broken=on_broken, skip=bool(skip))
+        return precheck(facts, on_broken=on_broken, skip=bool(skip), resumed_from=resumed_from or '')
     except UpgradeInputError as exc:
         raise AnsibleFilterError('upgrade_precheck: %s' % exc)
 

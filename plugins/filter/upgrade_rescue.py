@@ -39,6 +39,14 @@ options:
     description: The validation ran and failed.
     type: bool
     default: false
+  resumed_from:
+    description:
+      - The rollout ledger state a controller crash caught the node in (C(node_upgrade_resumed_from)), C("") when not resumed.
+      - From C(converging), C(rebooting), C(validating) or C(rolling_back) the pin recorded on the node before the crash
+        counts as this run's, so a failure rolls back to I(previous_pin) instead of quarantining the node as
+        "already on the pin".
+    type: str
+    default: ""
 '''
 
 EXAMPLES = r'''
@@ -58,10 +66,11 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._upgrade import UpgradeInputError, rescue_plan
 
 
-def upgrade_rescue(phase, unreachable=False, pin_before=None, pin_after=None, previous_pin=None, target_pin=None, validation_failed=False):
+def upgrade_rescue(phase, unreachable=False, pin_before=None, pin_after=None, previous_pin=None, target_pin=None, validation_failed=False,
+                   resumed_from=''):
     try:
         return rescue_plan(phase, unreachable=bool(unreachable), pin_before=pin_before, pin_after=pin_after, previous_pin=previous_pin,
-                           target_pin=target_pin, validation_failed=bool(validation_failed))
+                           target_pin=target_pin, validation_failed=bool(validation_failed), resumed_from=resumed_from or '')
     except UpgradeInputError as exc:
         raise AnsibleFilterError('upgrade_rescue: %s' % exc)
 

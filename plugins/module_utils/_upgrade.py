@@ -37,13 +37,20 @@ def _choice(value, choices, name):
     return value
 
 
-def precheck(facts, on_broken='quarantine', skip=False):
+# Rollout ledger states a node caught by a crash may be in once this procedure may have changed its packages: broken
+# there is how the procedure left it (NVML newer than the loaded driver until the reboot), not how it came.
+CHANGED_BY_US = ('converging', 'rebooting', 'validating', 'rolling_back')
+
+
+def precheck(facts, on_broken='quarantine', skip=False, resumed_from=''):
     """Before the cordon: ``{'action': 'proceed'|'left_alone'|'quarantine', 'reason': str}``.
 
     A node whose driver the GPU Operator manages (``driver_source: container``) is left alone: a host
     pin must not fight the operator.  A node that is already ``broken`` is never upgraded as if it were
     merely drifted: ``on_broken`` decides (``quarantine``: cordon it with the reason, ``skip``: leave it
-    alone and report it, ``upgrade``: go ahead, the validation decides).
+    alone and report it, ``upgrade``: go ahead, the validation decides).  ``resumed_from``: the ledger state
+    a crash caught the node in (the rollout gate's ``caught``); from :data:`CHANGED_BY_US` a broken node goes
+    ahead whatever ``on_broken`` says: this procedure broke it half-way, the procedure finishes and validates.
     """
     _choice(on_broken, ON_BROKEN, 'node_upgrade_on_broken')
     if not isinstance(facts, dict):
@@ -54,6 +61,9 @@ def precheck(facts, on_broken='quarantine', skip=False):
         return {'action': 'left_alone', 'reason': "the GPU Operator's driver container manages this node's driver (driver_source=container)"}
     if facts.get('health') == 'broken':
         words = (facts.get('health_message') or '').strip().splitlines()
+        if resumed_from in CHANGED_BY_US:
+            return {'action': 'proceed', 'reason': 'caught %s by a crash, %s as the upgrade left it: the procedure goes on and '
+                                                   'the validation decides' % (resumed_from, facts.get('health_reason'))}
         reason = 'broken before the upgrade (%s): %s' % (facts.get('health_reason'), words[0] if words else 'no message')
         if on_broken == 'quarantine':
             return {'action': 'quarantine', 'reason': reason}
@@ -93,7 +103,7 @@ def _pin_of(value):
 
 
 def rescue_plan(phase, unreachable=False, pin_before=None, pin_after=None, previous_pin=None, target_pin=None,
-                validation_failed=False):
+                validation_failed=False, resumed_from=''):
     """After a failure in ``phase``: ``{'action', 'reason', 'rollback_pin'}``.
 
     ``action``:
@@ -103,6 +113,10 @@ def rescue_plan(phase, unreachable=False, pin_before=None, pin_after=None, previ
       * ``rollback``: this run recorded a new pin on the node (``pin.json`` went from ``pin_before`` to
         ``pin_after``): converge to ``previous_pin`` (gpu_stack's ``pin.previous.json``), reboot, validate;
       * ``revalidate``: the converge failed before it recorded or changed anything: validate the node as it is.
+
+    ``resumed_from``: the ledger state a controller crash caught the node in; from :data:`CHANGED_BY_US` the pin the
+    node had when this procedure started again (``pin_before``) may already be this rollout's, recorded before the
+    crash, so the target pin recorded on the node counts as this run's and ``previous_pin`` is what it rolls back to.
     """
     _choice(phase, PHASES, 'phase')
     before, after, previous, target = _pin_of(pin_before), _pin_of(pin_after), _pin_of(previous_pin), _pin_of(target_pin)
@@ -110,7 +124,7 @@ def rescue_plan(phase, unreachable=False, pin_before=None, pin_after=None, previ
         return {'action': 'quarantine', 'reason': 'unreachable after the reboot', 'rollback_pin': None}
     if phase in BEFORE_CHANGE:
         return {'action': 'restore', 'reason': '', 'rollback_pin': None}
-    recorded_now = after is not None and after != before and (target is None or after == target)
+    recorded_now = after is not None and (after != before or resumed_from in CHANGED_BY_US) and (target is None or after == target)
     if recorded_now and previous is not None and previous != after:
         return {'action': 'rollback', 'reason': '', 'rollback_pin': previous}
     if recorded_now:

@@ -130,6 +130,13 @@ options:
     description: I(step=admit) - seconds a node waits at the gate before it gives its worker up and stays C(pending); 0 - no limit.
     type: float
     default: 0.0
+  scheduler_timeout:
+    description:
+      - I(step=admit) - seconds the gate keeps asking a scheduler that does not answer (slurmctld or the Kubernetes API gone),
+        the pause between tries doubling from I(poll) up to 30 seconds; then it pauses the run (rule C(scheduler)), admits
+        nothing more and the node stays C(pending). Running the playbook again resumes the run.
+    type: float
+    default: 300.0
   result:
     description: I(step=settle) - the node's C(node_upgrade_result).
     type: dict
@@ -249,13 +256,21 @@ escalated:
   type: bool
   returned: when called
 verdict:
-  description: I(step=admit) - C(admit), C(skip) (already final), C(pause) (the run is paused) or C(pending) (I(admit_timeout)).
+  description:
+    - I(step=admit) - C(admit), C(skip) (already final), C(pause) (the run is paused) or C(pending) (I(admit_timeout), or
+      the scheduler did not answer within I(scheduler_timeout)).
   type: str
   returned: step=admit
 admitted:
   description: I(step=admit) - whether the node may start.
   type: bool
   returned: step=admit
+caught:
+  description:
+    - I(step=admit) - the ledger state a crash caught the node in when it is admitted again to finish (rule C(resume)),
+      C("") otherwise; the playbooks pass it to C(node_upgrade) as C(node_upgrade_resumed_from).
+  type: str
+  returned: step=admit and the node is admitted
 rule:
   description: I(step=admit) - the rule that decided (canary, admit, resume, final, operator, budget, pin_suspect, window, ...).
   type: str

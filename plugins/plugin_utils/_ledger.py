@@ -352,16 +352,22 @@ def write_atomic(path, data):
     """Write ``data`` (bytes) to ``path`` atomically: temporary file, fsync, rename, fsync of the folder."""
     folder = os.path.dirname(path) or '.'
     temporary = '%s.tmp.%d' % (path, os.getpid())
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, path) from None
     try:
         with os.fdopen(fd, 'wb') as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        if isinstance(exc, OSError):
+            # A full or read-only file system: the error names the file it could not write.
+            raise OSError(exc.errno, exc.strerror, path) from None
         raise
     _fsync_dir(folder)
 
@@ -419,6 +425,13 @@ class FileBackend(Backend):
     def append_event(self, run_id, event, offset):
         path = self.path(run_id, LEDGER)
         line = (json.dumps(event, sort_keys=True, separators=(',', ':')) + '\n').encode('utf-8')
+        try:
+            return self._append(path, line, offset)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None
+
+    @staticmethod
+    def _append(path, line, offset):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o640)
         try:
             size = os.fstat(fd).st_size

@@ -429,3 +429,14 @@ def plan_lines(plan):
     lines.append('predicted: %ss for %d node(s), window %d, canary %d (phase times from %d earlier sample(s))'
                  % (plan['predicted_seconds'], plan['nodes_planned'], plan['window'], plan['canary'], plan.get('phase_samples', 0)))
     return lines
+
+
+def scheduler_retry(waited, pause, timeout, cap=30.0):
+    """The gate's next try at a scheduler that did not answer: (seconds to sleep, the pause after that), or None to give up.
+
+    ``waited``: seconds since the first try; ``pause``: this pause (the poll interval at first). The pause doubles up to
+    ``cap``; the last sleep ends at ``timeout``, so the gate gives up after about ``timeout`` seconds.
+    """
+    if waited >= timeout:
+        return None
+    return max(0.2, min(pause, timeout - waited)), min(pause * 2, cap)

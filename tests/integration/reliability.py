@@ -48,6 +48,7 @@ FINAL = ('done', 'rolled_back', 'quarantined', 'deferred', 'left_alone')
 BACK_IN_SERVICE = ('done', 'rolled_back', 'deferred', 'left_alone')
 # The only final states a node reaches after this run uncordoned it: each needs a passed validation first.
 UNCORDONED = ('done', 'rolled_back')
+IN_FLIGHT = ('admitted', 'cordoned', 'drained', 'converging', 'rebooting', 'validating', 'rolling_back')
 
 
 class Scenario:
@@ -66,6 +67,25 @@ class Scenario:
         self.observation = text
 
 
+class Recorder:
+    """The session's scenarios (one instance, conftest.py's ``reliability`` fixture hands it out per test)."""
+
+    def __init__(self):
+        self.scenarios = []
+        self.current_test = None
+
+    def scenario(self, category, name, injected):
+        for other in self.scenarios:
+            if (other.category, other.name) == (category, name):
+                raise ValueError('scenario %r recorded twice (%s and %s)' % (name, other.test, self.current_test))
+        scenario = Scenario(category, name, injected, self.current_test)
+        self.scenarios.append(scenario)
+        return scenario
+
+    # The invariants (check_rollout, check_schedulable, check_no_markers, check_clear_error) are attached below, so that a
+    # scenario test reaches them through its one fixture.
+
+
 # --------------------------------------------------------------------------------------------------- invariants
 
 def read_run(run_dir, run_id=None):
@@ -81,10 +101,11 @@ def read_run(run_dir, run_id=None):
     return events, state
 
 
-def check_rollout(run_dir, run_id=None, gpus_per_node=8, total_gpus=None, floor=None, out_by_others=0):
+def check_rollout(run_dir, run_id=None, gpus_per_node=8, total_gpus=None, floor=None, out_by_others=0, stopped=False):
     """Assert what every fault scenario promises, from the run's ledger.jsonl and state.json; return {node: state}.
 
-    - every node of state.json is in a final state, and its last ledger event says so (the ledger names it);
+    - every node of state.json is in a final state, and its last ledger event says so (the ledger names it); with
+      ``stopped`` (a run that stopped safely and is to be resumed) a node may also be ``pending``, never admitted;
     - no node ended ``done`` without a ``validating`` event after its last admission, nor ``rolled_back`` without a
       ``rolling_back`` one (the procedure validates the previous pin before it uncordons): nothing returns to service
       without passing validation;
@@ -94,13 +115,16 @@ def check_rollout(run_dir, run_id=None, gpus_per_node=8, total_gpus=None, floor=
     """
     events, state = read_run(run_dir, run_id)
     nodes = state['nodes']
-    not_final = dict((node, record['state']) for node, record in nodes.items() if record['state'] not in FINAL)
+    known = FINAL + (('pending',) if stopped else ())
+    not_final = dict((node, record['state']) for node, record in nodes.items() if record['state'] not in known)
     assert not not_final, 'nodes not in a final state: %s (run status %s)' % (not_final, state.get('status'))
     last = {}
     for event in events:
         if event.get('node'):
             last[event['node']] = event
     for node, record in nodes.items():
+        if stopped and record['state'] == 'pending' and node not in last:
+            continue
         assert node in last, '%s: %s in state.json but no ledger event names it' % (node, record['state'])
         assert last[node]['to'] == record['state'], '%s: state.json says %s, the last ledger event %s' % (node, record['state'], last[node])
     # Validation before returning to service, per admission.
@@ -134,6 +158,20 @@ def check_rollout(run_dir, run_id=None, gpus_per_node=8, total_gpus=None, floor=
     return dict((node, record['state']) for node, record in nodes.items())
 
 
+def check_schedulable(states, schedulable):
+    """Assert the scheduler agrees with the ledger: a node quarantined or still in flight takes no work (drained in Slurm,
+    cordoned in Kubernetes); a node done or rolled back does.  ``states``: {node: ledger state} (check_rollout's answer);
+    ``schedulable``: {node: whether the scheduler would place work on it now}, read by the test.  Nodes deferred or left
+    alone are as their owners left them and are not asserted here."""
+    for node, state in sorted(states.items()):
+        if node not in schedulable:
+            continue
+        if state == 'quarantined' or state in IN_FLIGHT:
+            assert not schedulable[node], '%s is %s in the ledger but the scheduler would place work on it' % (node, state)
+        elif state in UNCORDONED:
+            assert schedulable[node], '%s is %s in the ledger but the scheduler does not place work on it' % (node, state)
+
+
 def check_no_markers(folder, what='a marker file'):
     """Assert that no command the input did not intend ran: the hostile values create files named ``MARKER*`` in
     ``folder`` when a shell or option parser ever interprets them."""
@@ -151,25 +189,10 @@ def check_clear_error(output, host, *fields):
     return True
 
 
-class Recorder:
-    """The session's scenarios (one instance, conftest.py's ``reliability`` fixture hands it out per test)."""
-
-    def __init__(self):
-        self.scenarios = []
-        self.current_test = None
-
-    def scenario(self, category, name, injected):
-        for other in self.scenarios:
-            if (other.category, other.name) == (category, name):
-                raise ValueError('scenario %r recorded twice (%s and %s)' % (name, other.test, self.current_test))
-        scenario = Scenario(category, name, injected, self.current_test)
-        self.scenarios.append(scenario)
-        return scenario
-
-    # The invariants, here so that a scenario test reaches them through its one fixture.
-    check_rollout = staticmethod(check_rollout)
-    check_no_markers = staticmethod(check_no_markers)
-    check_clear_error = staticmethod(check_clear_error)
+Recorder.check_rollout = staticmethod(check_rollout)
+Recorder.check_schedulable = staticmethod(check_schedulable)
+Recorder.check_no_markers = staticmethod(check_no_markers)
+Recorder.check_clear_error = staticmethod(check_clear_error)
 
 
 # --------------------------------------------------------------------------------------------------- the document

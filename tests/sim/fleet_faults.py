@@ -15,7 +15,7 @@ import time
 FAULTS = {
     'diag_fail': {'level': int, 'test': str, 'gpu': int, 'branch': int},
     'reboot_hang': {},
-    'fm_fail': {},
+    'fm_fail': {'mismatch': str},
     'dpkg_fail': {'package': str},
     'dkms_fail': {},
     'xid': {'gpu': int, 'xid': int},

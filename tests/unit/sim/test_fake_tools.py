@@ -610,6 +610,19 @@ def test_fabricmanager_without_nvswitch_or_with_fm_fail(tmp_path):
     assert process.returncode == 1 and process.stderr and not hgx.exists(state.FABRICMANAGER_PID)
 
 
+def test_fabricmanager_left_on_another_branch_fails_with_the_mismatch_message(tmp_path):
+    # The driver 550.127.05 is loaded: the Fabric Manager of the 535 branch refuses it; the fault's own branch works.
+    hgx = Node(tmp_path / 'hgx').healthy()
+    hgx.package('nvidia-fabricmanager-550', DRIVER)
+    hgx.faults({'fm_fail': {'mismatch': '535.216.01'}})
+    process = hgx.run('nv_fabricmanager', '-c', 'fabricmanager.cfg')
+    assert process.returncode == 1 and not hgx.exists(state.FABRICMANAGER_PID)
+    assert process.stderr == ("fabric manager NVIDIA GPU driver interface version 535.216.01 don't match with driver version "
+                              "550.127.05. Please update with matching NVIDIA driver package.\n")
+    hgx.faults({'fm_fail': {'mismatch': DRIVER}})
+    assert hgx.run('nv_fabricmanager', '--version').stdout == 'Fabric Manager version is : %s\n' % DRIVER
+
+
 # --------------------------------------------------------------------------- dkms and boot
 
 def test_dkms_builds_only_for_installed_kernels(tmp_path):

@@ -8,7 +8,9 @@
 runs ``nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg``; it stays in the
 foreground) it exits 1 with the real messages when the node has no NVSwitch (or no driver is
 loaded, so no NVSwitch is visible), when the loaded driver is not exactly its own version, and for
-the ``fm_fail`` fault; otherwise it writes ``run/gpufleet-sim/fabricmanager.pid`` (the GPUs'
+the ``fm_fail`` fault (with ``mismatch=VERSION``: its own version reads as VERSION, the Fabric Manager of
+another branch than the driver, so it fails with the real mismatch message unless that driver is loaded);
+otherwise it writes ``run/gpufleet-sim/fabricmanager.pid`` (the GPUs'
 fabric state becomes ``Completed``/``Success``) and runs until SIGTERM, which removes the file.
 """
 
@@ -64,6 +66,10 @@ def run(argv, max_seconds=None):
             sys.stderr.write('nv-fabricmanager: unrecognized option \'%s\'\n%s' % (token, USAGE))
             return 1
     own = version()
+    failing = state.fault('fm_fail')
+    if failing is not None and failing.get('mismatch'):
+        # fm_fail mismatch=VERSION: the Fabric Manager left on another branch than the driver (its package was not upgraded).
+        own = str(failing['mismatch'])
     if options.get('help'):
         sys.stdout.write(USAGE)
         return 0
@@ -78,7 +84,7 @@ def run(argv, max_seconds=None):
     if driver != own:
         sys.stderr.write(MISMATCH % (own, driver) + '\n')
         return 1
-    if state.fault('fm_fail') is not None:
+    if failing is not None and not failing.get('mismatch'):
         sys.stderr.write(START_FAILED + '\n')
         return 1
     sys.stdout.write(CONNECTED + '\n' + CONFIGURED + '\n')

@@ -26,6 +26,18 @@ def test_a_broken_node_is_never_silently_upgraded(choice, action):
         assert decided['reason'] == 'broken before the upgrade (gpu_lost): Unable to determine the device handle for GPU0000:18:00.0: Unknown Error'
 
 
+@pytest.mark.parametrize('caught', ['converging', 'rebooting', 'validating', 'rolling_back'])
+def test_a_node_this_procedure_left_broken_goes_on_after_a_crash(caught):
+    decided = precheck(BROKEN, resumed_from=caught)
+    assert decided['action'] == 'proceed' and decided['reason'].startswith('caught %s by a crash, gpu_lost' % caught), decided
+
+
+@pytest.mark.parametrize('caught', ['', 'admitted', 'cordoned', 'drained'])
+def test_a_node_broken_before_this_procedure_changed_it_is_still_quarantined(caught):
+    # Caught before the converge: nothing was changed yet, so broken is how the node came.
+    assert precheck(BROKEN, resumed_from=caught)['action'] == 'quarantine'
+
+
 def test_gpu_operator_driver_and_skip_are_left_alone():
     assert precheck(dict(OK, driver_source='container'))['action'] == 'left_alone'
     assert precheck(OK, skip=True)['action'] == 'left_alone'
@@ -52,6 +64,20 @@ def test_rescue_unreachable_is_quarantined():
 @pytest.mark.parametrize('phase', ['precheck', 'drain'])
 def test_rescue_before_any_change_restores(phase):
     assert rescue_plan(phase)['action'] == 'restore'
+
+
+@pytest.mark.parametrize('caught', ['converging', 'rebooting', 'validating', 'rolling_back'])
+def test_rescue_after_a_crash_rolls_back_what_the_run_recorded_before_it(caught):
+    # The killed controller had converged the node to NEW (recorded, previous OLD); the procedure started again on NEW.
+    plan = rescue_plan('validate', pin_before=NEW, pin_after=NEW, previous_pin=OLD, target_pin=NEW, validation_failed=True, resumed_from=caught)
+    assert plan == {'action': 'rollback', 'reason': '', 'rollback_pin': OLD}
+
+
+def test_rescue_without_a_crash_does_not_roll_back_a_node_that_was_already_on_the_pin():
+    plan = rescue_plan('validate', pin_before=NEW, pin_after=NEW, previous_pin=OLD, target_pin=NEW, validation_failed=True)
+    assert plan['action'] == 'quarantine' and 'already on the pin' in plan['reason'], plan
+    plan = rescue_plan('validate', pin_before=NEW, pin_after=NEW, previous_pin=OLD, target_pin=NEW, validation_failed=True, resumed_from='cordoned')
+    assert plan['action'] == 'quarantine', plan
 
 
 def test_rescue_rolls_back_what_this_run_recorded():

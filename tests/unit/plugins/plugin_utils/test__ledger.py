@@ -353,3 +353,23 @@ def test_only_one_worker_admits_a_node(tmp_path):
         worker.join(60)
     assert results == ['refused'] * 4 + ['won']
     assert [event['to'] for event in events(tmp_path, 'race') if event['node'] == 'contested'] == ['admitted']
+
+
+def test_a_write_that_fails_names_the_file(tmp_path, monkeypatch):
+    """A full or read-only ledger folder: the error names the file the ledger could not write (and leaves no temporary)."""
+    ledger = RunLedger.create(FileBackend(str(tmp_path)), 'run1', nodes={'gpu-01': {'gpus': 8}})
+
+    def full(fd, data):
+        raise OSError(28, 'No space left on device')
+    monkeypatch.setattr(_ledger.os, 'write', full)
+    with pytest.raises(OSError, match=r"No space left on device: '.*run1/ledger\.jsonl'"):
+        ledger.transition('gpu-01', 'admitted', 'test')
+    monkeypatch.undo()
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, 'Read-only file system')
+    monkeypatch.setattr(_ledger.os, 'replace', read_only)
+    with pytest.raises(OSError, match=r"Read-only file system: '.*run1/state\.json'"):
+        _ledger.write_atomic(str(tmp_path / 'run1' / 'state.json'), b'{}')
+    monkeypatch.undo()
+    assert sorted(name for name in os.listdir(str(tmp_path / 'run1')) if '.tmp.' in name) == []

@@ -425,3 +425,18 @@ def test_the_gate_confirms_or_sends_back_a_done_node_only(tmp_path):
     ledger.transition('n2', 'admitted', 'admitted')
     with pytest.raises(_ledger.LedgerError):
         ledger.transition('n2', 'pending', 'an in-flight node is never sent back', gate=True)
+
+
+def test_scheduler_retry_doubles_the_pause_up_to_the_cap_and_gives_up_at_the_timeout():
+    waited, pause, sleeps = 0.0, 1.0, []
+    while True:
+        retry = _rollout.scheduler_retry(waited, pause, 100, cap=30)
+        if retry is None:
+            break
+        sleep, pause = retry
+        sleeps.append(sleep)
+        waited += sleep
+    assert sleeps == [1, 2, 4, 8, 16, 30, 30, 9]
+    assert waited == 100
+    assert _rollout.scheduler_retry(5, 1, 5) is None          # timed out: no more tries
+    assert _rollout.scheduler_retry(0, 0.01, 5) == (0.2, 0.02)  # never a busy loop
