@@ -74,6 +74,8 @@ IMAGE_PACKAGES = ('python3', 'python3-apt', 'systemd', 'systemd-sysv', 'dbus', '
 # of tests/sim/packages/build_rpm_repo.py.
 OPERATING_SYSTEMS = ('debian12', 'rocky9')
 ROCKY9_PACKAGES = ('dnf', 'python3-dnf', 'dnf-plugins-core', 'rpm')
+# fs.inotify.max_user_instances the host needs for several fleets of systemd nodes at once (ensure_inotify_instances).
+INOTIFY_INSTANCES = 1024
 CONTAINERS_CONF = """[containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
 
@@ -245,6 +247,27 @@ class Fleet:
         if run(install, check=False, env=environment).returncode != 0:
             run(['apt-get', 'update', '-qq'], env=environment)
             run(install, env=environment)
+
+    @staticmethod
+    def ensure_inotify_instances(wanted=INOTIFY_INSTANCES):
+        """Raise the host's fs.inotify.max_user_instances to ``wanted`` when lower: every node's systemd takes inotify
+        instances of the one root user, and Debian's default 128 runs out with a few fleets up ("Failed to create
+        inotify object: Too many open files" in a node's journal, its units never start)."""
+        path = '/proc/sys/fs/inotify/max_user_instances'
+        try:
+            with open(path, encoding='ascii') as handle:
+                current = int(handle.read().strip())
+        except (OSError, ValueError):
+            return
+        if current >= wanted:
+            return
+        if os.geteuid() != 0:
+            log('warning: fs.inotify.max_user_instances is %d; nodes may fail to start (as root: sysctl -w '
+                'fs.inotify.max_user_instances=%d)' % (current, wanted))
+            return
+        log('raising fs.inotify.max_user_instances from %d to %d' % (current, wanted))
+        with open(path, 'w', encoding='ascii') as handle:
+            handle.write('%d\n' % wanted)
 
     def prepare(self):
         os.makedirs(self.state_dir, exist_ok=True)
@@ -516,6 +539,7 @@ class Fleet:
             raise FleetError('unknown driver branch %s; known: %s' % (branch, ', '.join(sorted(PROVISION))))
         started = time.time()
         self.ensure_host_packages()
+        self.ensure_inotify_instances()
         key = self.prepare()
         if operating_system not in OPERATING_SYSTEMS:
             raise FleetError('unknown node operating system %s; known: %s' % (operating_system, ', '.join(OPERATING_SYSTEMS)))
@@ -902,6 +926,7 @@ class Fleet:
         the fake tools' path and a hardware/fault folder for ``instance``.
         """
         self.ensure_host_packages()
+        self.ensure_inotify_instances()
         self.prepare()
         base = self.base_image()
         fabric_manager = node_state.make_hardware('x', profile).get('nvswitch_count', 0) > 0
