@@ -36,6 +36,7 @@ import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._command import escape_controls
 # The version banner reader is in its own small file: gpu_facts reads the banner on every node and need not ship (and compile) this one.
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._dcgm_banner import _to_text
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._dcgm_banner import parse_version_banner  # noqa: F401  pylint: disable=unused-import
 
 SCHEMA_VERSION = 1
@@ -90,17 +91,6 @@ class DcgmRuntimeError(DcgmParseError):
 
 
 # --------------------------------------------------------------------------- small helpers
-
-def _to_text(value):
-    """Decode bytes, pass str through, everything else (None included) becomes ''."""
-    if value is None:
-        return ''
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode('utf-8', 'replace')
-    if isinstance(value, str):
-        return value
-    return ''
-
 
 def _scalar_text(value):
     """Stripped text of a JSON scalar (str/int/float); None for empty, containers, bools and None."""
