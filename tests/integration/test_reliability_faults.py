@@ -446,8 +446,9 @@ def test_a_stale_lock_from_a_dead_controller(reliability, runs_k):
 
 @pytest.fixture(scope='module')
 def runs_l(fleet, tmp_path_factory):
-    """gpu-04, gpu-06, gpu-10 (healthy after run N: gpu-05 is left broken by its failed rollback), reboot only, window 1, the run folder on a 512 KiB tmpfs: full while the first node reboots,
-    freed and run again; read-only while the second node reboots, made writable and run again."""
+    """gpu-04, gpu-06, gpu-10 (healthy after run N: gpu-05 is left broken by its failed rollback), reboot only, window 1,
+    the run folder on a 512 KiB tmpfs: full while the first node reboots, freed and run again; read-only while the second
+    node reboots, made writable and run again."""
     nodes = ['gpu-04', 'gpu-06', 'gpu-10']
     for node in nodes:
         resume(fleet, node)
