@@ -5,9 +5,14 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.common.text.converters import to_native
+import secrets
+import shlex
+
+from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _gather
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import assemble
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._drift import STATUS_NOT_CHECKED, DriftError, compute_drift, render_diff, validate_facts
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._pin import PinError, load_pin
 
@@ -35,12 +40,29 @@ class ActionModule(ActionBase):
         facts = (task_vars.get('ansible_facts') or {}).get('gpufleet')
         if facts:
             return facts
-        gathered = self._execute_module(module_name=FACTS_MODULE, module_args={}, task_vars=task_vars)
-        if gathered.get('failed'):
-            raise DriftError('gathering GPU facts failed: %s' % gathered.get('msg'))
-        facts = gathered['ansible_facts']['gpufleet']
+        try:
+            facts = self._gather_by_script()
+            result['facts_gathered_by'] = 'shell'
+        except _gather.GatherError as exc:
+            # A node without timeout(1), a writable temporary folder or a POSIX sh: the gpu_facts module reads the same.
+            result.setdefault('warnings', []).append('%s: GPU facts read by the gpu_facts module instead: %s' % (
+                task_vars.get('inventory_hostname', '?'), to_native(exc)))
+            gathered = self._execute_module(module_name=FACTS_MODULE, module_args={}, task_vars=task_vars)
+            if gathered.get('failed'):
+                raise DriftError('gathering GPU facts failed: %s' % gathered.get('msg'))
+            facts = gathered['ansible_facts']['gpufleet']
+            result['facts_gathered_by'] = 'module'
         result['ansible_facts'] = {'gpufleet': facts}
         return facts
+
+    def _gather_by_script(self):
+        """The gpufleet facts from one shell command on the node (``_gather.SCRIPT``), assembled here on the controller."""
+        boundary = 'gpufleet-gather-%s' % secrets.token_hex(16)
+        argv = _gather.argv(_gather.script(), boundary, _gather.COMMAND_TIMEOUT, _gather.PACKAGE_TIMEOUT, _gather.STATE_DIR)
+        command = ' '.join(part for part in (self._compute_environment_string(), shlex.join(argv)) if part)
+        output = self._low_level_execute_command(command, sudoable=True, encoding_errors='surrogateescape')
+        data = to_bytes(output.get('stdout') or '', errors='surrogateescape')
+        return assemble(_gather.parse(data, boundary, _gather.COMMAND_TIMEOUT, _gather.PACKAGE_TIMEOUT))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

@@ -39,8 +39,9 @@ options:
     description:
       - The rollout ledger to read, C(<gpufleet_run_dir>/<run_id>) or its C(ledger.jsonl). The report's node states are then
         the ledger's, and nodes the ledger knows but this run did not touch are reported too (C(pending), C(deferred), ...).
-      - When not set, the ledger is found from C(gpufleet_run_dir) and C(gpufleet_run_id) in the extra variables, or from the
-        C(ledger) argument of the procedure's C(gpufleet.lifecycle.upgrade_phase) tasks.
+      - When not set, the ledger is found from C(gpufleet_run_dir) and C(gpufleet_run_id) in the extra variables (with
+        C(gpufleet_ledger_backend) and its C(gpufleet_ledger_*) variables), or from the C(ledger) argument of the procedure's
+        C(gpufleet.lifecycle.upgrade_phase) tasks. Either way any ledger backend is read, the Kubernetes one (ConfigMaps) too.
     type: path
     env:
       - name: GPUFLEET_REPORT_LEDGER
@@ -142,7 +143,8 @@ class CallbackModule(CallbackBase):
         self.batches = {}
         self.play_hosts = {}
         self.play_kinds = {}
-        self.ledger_path = None
+        self.ledger = None          # a path (file backend) or the gate's ledger specification (any backend)
+        self.ledger_backend = None
         self.ledger_offset = 0
         self.ledger_checked = 0.0
         self.extra_vars = {}
@@ -154,7 +156,7 @@ class CallbackModule(CallbackBase):
     def set_options(self, task_keys=None, var_options=None, direct=None):
         super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
         self.output_dir = os.path.abspath(self.get_option('output_dir'))
-        self.ledger_path = self.get_option('ledger') or None
+        self.ledger = self.get_option('ledger') or None
         self.merge = list(self.get_option('merge') or [])
         self.textfile = self.get_option('textfile') or None
         if self.get_option('progress'):
@@ -174,22 +176,23 @@ class CallbackModule(CallbackBase):
             self._display.display(line)
 
     def _find_ledger(self, spec):
-        if self.ledger_path or not isinstance(spec, dict) or not spec.get('run_id') or spec.get('backend', 'file') != 'file':
+        """The ledger specification the rollout gate hands the procedure (``upgrade_phase``'s ``ledger``), any backend."""
+        if self.ledger or not isinstance(spec, dict) or not spec.get('run_id') or not spec.get('run_dir'):
             return
-        if spec.get('run_dir'):
-            self.ledger_path = os.path.join(to_text(spec['run_dir']), to_text(spec['run_id']))
+        self.ledger = dict((key, to_text(value) if isinstance(value, (str, bytes)) else value) for key, value in spec.items())
 
     def _follow_ledger(self, now, force=False):
         """Print the ledger's new events (the node states of the rollout), at most once a second unless ``force``."""
-        if not self.progress or not self.ledger_path or (now - self.ledger_checked < 1.0 and not force):
+        if not self.progress or not self.ledger or (now - self.ledger_checked < 1.0 and not force):
             return
         self.ledger_checked = now
-        run_dir, run_id = _report.ledger_location(self.ledger_path)
+        spec = _report.ledger_spec(self.ledger)
         try:
-            backend = _ledger.FileBackend(run_dir)
-            if not backend.exists(run_id):
+            if self.ledger_backend is None:
+                self.ledger_backend = _ledger.open_backend(spec)
+            if not self.ledger_backend.exists(spec['run_id']):
                 return
-            events, self.ledger_offset = backend.read_events(run_id, self.ledger_offset)
+            events, self.ledger_offset = self.ledger_backend.read_events(spec['run_id'], self.ledger_offset)
         except (_ledger.LedgerError, OSError):
             return
         for event in events:
@@ -234,7 +237,7 @@ class CallbackModule(CallbackBase):
         upgrade = facts.get('node_upgrade_result')
         if phase or isinstance(upgrade, dict):
             self._rollout_play(host)
-        if self.progress and not self.ledger_path:
+        if self.progress and not self.ledger:
             if isinstance(data.get('ledger'), list) and data['ledger']:
                 for step in data['ledger']:
                     self._say(self.progress.change(name, step, now))
@@ -242,7 +245,7 @@ class CallbackModule(CallbackBase):
                 self._say(self.progress.change(name, to_text(phase), now))
         if isinstance(upgrade, dict):
             host['upgrade'] = upgrade
-            if self.progress and not self.ledger_path:
+            if self.progress and not self.ledger:
                 self._say(self.progress.change(name, to_text(upgrade.get('state')), now, to_text(upgrade.get('reason') or '')))
         self._tick(now)
 
@@ -269,8 +272,12 @@ class CallbackModule(CallbackBase):
             self.extra_vars = dict(manager.extra_vars) if manager is not None else {}
         except Exception:  # pylint: disable=broad-except
             self.extra_vars = {}
-        if not self.ledger_path and self.extra_vars.get('gpufleet_run_dir') and self.extra_vars.get('gpufleet_run_id'):
-            self.ledger_path = os.path.join(to_text(self.extra_vars['gpufleet_run_dir']), to_text(self.extra_vars['gpufleet_run_id']))
+        if not self.ledger and self.extra_vars.get('gpufleet_run_dir') and self.extra_vars.get('gpufleet_run_id'):
+            try:
+                self.ledger = dict(_ledger.ledger_spec(self.extra_vars, to_text(self.extra_vars['gpufleet_run_dir'])),
+                                   run_id=to_text(self.extra_vars['gpufleet_run_id']))
+            except _ledger.LedgerError as exc:
+                self._display.warning('fleet_report: the ledger variables cannot be used: %s' % exc)
         if self.progress and self.progress.max_fail_percentage is None and self.extra_vars.get('gpufleet_max_fail_percentage') is not None:
             self.progress.max_fail_percentage = self.extra_vars['gpufleet_max_fail_percentage']
         if uuid not in self.play_hosts:
@@ -324,9 +331,9 @@ class CallbackModule(CallbackBase):
                      if host['drift'] or host['upgrade'] or host['rollout'] or any(name in (self.play_hosts.get(uuid) or [])
                                                                                    for uuid in self.play_kinds))
         ledger = None
-        if self.ledger_path:
+        if self.ledger:
             try:
-                ledger = _report.read_ledger(self.ledger_path)
+                ledger = _report.read_ledger(self.ledger)
             except _report.ReportError as exc:
                 self._display.warning('fleet_report: the ledger was not read, the report is built from the task results alone: %s' % exc)
         run = {'id': (ledger or {}).get('state', {}).get('run_id') or self.extra_vars.get('gpufleet_run_id') or

@@ -24,8 +24,12 @@ description:
   - A pin that pins nothing (an empty or truncated file, every value empty) is an error naming the file. When the pin names
     components but none of them applies to this node (only Fabric Manager on a node without NVSwitch), the status is
     C(not_checked) with a warning, never C(in_sync).
-  - The comparison runs on the controller. When the host has no C(gpufleet) facts yet and I(facts) is not given,
-    M(gpufleet.lifecycle.gpu_facts) runs first and its facts are returned too.
+  - The comparison runs on the controller. When the host has no C(gpufleet) facts yet and I(facts) is not given, the node
+    is read with one shell command (a fixed POSIX C(sh) script that runs the tools M(gpufleet.lifecycle.gpu_facts) runs,
+    each under C(timeout), and reads the same files), and the facts are assembled on the controller by the same code as the module's and
+    returned too. No Python, module file or interpreter discovery on the node, which keeps the nightly drift report cheap
+    at fleet scale. A node without C(timeout) (coreutils) or a writable temporary folder is read by the
+    M(gpufleet.lifecycle.gpu_facts) module instead, with a warning. The task's C(environment) and become apply to both.
   - Reports C(changed) when the node is drifted, so a C(--check --diff) run counts drifted nodes as changed in the recap
     and its diff shows the actual versions as before and the pinned ones as after. Nothing on the node is changed.
 author:
@@ -106,6 +110,12 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+facts_gathered_by:
+  description: How the node was read when its facts were gathered by this task; absent when they were given or already known.
+    C(shell) (one shell command) or C(module) (the M(gpufleet.lifecycle.gpu_facts) module, where the shell way cannot run).
+  type: str
+  returned: when facts were gathered
+  sample: shell
 status:
   description: C(in_sync), C(drifted), C(broken), or C(not_checked) (nothing the pin names applies to this node).
   type: str

@@ -278,18 +278,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import RECORDS, SERVICES, SYSTEMCTL_PROPERTIES, assemble, split_systemctl_show
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._gather import (
+    BANNERS, COMMAND_TIMEOUT, CUDA_BIN, GPU_OPERATOR_DRIVER_ROOT, NVIDIA_SMI_ARGS, NVIDIA_SMI_DIRS, NVSWITCH_DEVICES, PACKAGE_TIMEOUT, RECORD_LIMIT,
+    STATE_DIR)
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages import DPKG_QUERY_FORMAT, RPM_QUERY_FORMAT
-
-GPU_OPERATOR_DRIVER_ROOT = '/run/nvidia/driver'
-NVSWITCH_DEVICES = '/proc/driver/nvidia-nvswitch/devices'
-CUDA_BIN = '/usr/local/cuda/bin'
-BANNERS = {
-    'dcgmi': ['--version'],
-    'nvidia-ctk': ['--version'],
-    'nvidia-container-cli': ['-V'],
-    'nv-fabricmanager': ['--version'],
-    'nvcc': ['--version'],
-}
 
 
 def _read(path):
@@ -322,10 +314,7 @@ def _nvidia_smi_path(module):
     if module.params['nvidia_smi_path']:
         path = module.params['nvidia_smi_path']
         return path if os.path.exists(path) else None
-    return module.get_bin_path('nvidia-smi', opt_dirs=[GPU_OPERATOR_DRIVER_ROOT + '/usr/bin'])
-
-
-RECORD_LIMIT = 65536
+    return module.get_bin_path('nvidia-smi', opt_dirs=NVIDIA_SMI_DIRS)
 
 
 def _read_record(path):
@@ -357,7 +346,7 @@ def gather(module):
     smi = _nvidia_smi_path(module)
     raw['nvidia_smi'] = None
     if smi:
-        raw['nvidia_smi'] = _run(module, [smi, '-q', '-x'], timeout)
+        raw['nvidia_smi'] = _run(module, [smi] + NVIDIA_SMI_ARGS, timeout)
         raw['nvidia_smi']['path'] = smi
     if module.params['gather_packages']:
         dpkg_query = module.get_bin_path('dpkg-query')
@@ -386,9 +375,9 @@ def main():
         argument_spec=dict(
             nvidia_smi_path=dict(type='path'),
             gather_packages=dict(type='bool', default=True),
-            command_timeout=dict(type='int', default=60),
-            package_timeout=dict(type='int', default=120),
-            state_dir=dict(type='path', default='/etc/gpufleet'),
+            command_timeout=dict(type='int', default=COMMAND_TIMEOUT),
+            package_timeout=dict(type='int', default=PACKAGE_TIMEOUT),
+            state_dir=dict(type='path', default=STATE_DIR),
         ),
         supports_check_mode=True,
     )

@@ -24,7 +24,7 @@ import re
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
 
-SCHEMA_VERSION = '1.0'
+SCHEMA_VERSION = '1.1'
 SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fleet_report.schema.json')
 SCHEMA_ID = 'https://gpufleet.invalid/lifecycle/fleet_report.schema.json'
 DRIFT_STATUSES = ('in_sync', 'drifted', 'broken', 'not_checked')
@@ -70,18 +70,31 @@ def ledger_location(path):
     return os.path.dirname(path), os.path.basename(path)
 
 
-def read_ledger(path):
-    """``{'path', 'state', 'events'}`` of the ledger at ``path``, rebuilt from ``ledger.jsonl`` (the authority)."""
-    run_dir, run_id = ledger_location(path)
-    backend = _ledger.FileBackend(run_dir)
+def ledger_spec(where):
+    """The ledger specification ``{backend, run_dir, run_id, ...}`` of a path (``<run_dir>/<run_id>[/ledger.jsonl]``, the
+    file backend) or of a specification as the rollout gate hands it to the hosts (``gpufleet_ledger``: any backend)."""
+    if isinstance(where, dict):
+        return dict(where)
+    run_dir, run_id = ledger_location(where)
+    return {'backend': 'file', 'run_dir': run_dir, 'run_id': run_id}
+
+
+def read_ledger(where):
+    """``{'path', 'state', 'events'}`` of a ledger (a path or a specification, :func:`ledger_spec`), rebuilt from its events
+    (the authority) through ``_ledger.open_backend``, so a Kubernetes ledger reads as a file one; ``path`` says where it is."""
+    spec = ledger_spec(where)
+    run_id = spec.get('run_id')
+    label = '%s' % (spec.get('run_dir'),)
     try:
+        backend = _ledger.open_backend(spec)
+        label = backend.location(_ledger.check_run_id(run_id), _ledger.LEDGER)
         if not backend.exists(run_id):
-            raise ReportError('%s: no ledger (%s) there' % (os.path.join(run_dir, run_id), _ledger.LEDGER))
+            raise ReportError('%s: no ledger (%s) there' % (backend.location(run_id), _ledger.LEDGER))
         events = backend.read_events(run_id, 0)[0]
         state = _ledger.rebuild(backend, run_id)
     except _ledger.LedgerError as exc:
-        raise ReportError('%s: %s' % (os.path.join(run_dir, run_id, _ledger.LEDGER), exc)) from None
-    return {'path': os.path.join(run_dir, run_id, _ledger.LEDGER), 'state': state, 'events': events}
+        raise ReportError('%s: %s' % (label, exc)) from None
+    return {'path': label, 'state': state, 'events': events}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -233,14 +246,34 @@ def _failure(node, errors):
     return None
 
 
-def build_node(name, host, ledger=None, rollout_run=False, end=None):
-    """The report's entry for one node from what the callback recorded (``host``) and the ledger."""
+def window_slots(ledger):
+    """``{node: slot}``: the slot of the rollout window (1, 2, ...) each node's last admission took in the ledger.
+
+    Replays the ledger's events: an admission takes the lowest slot free at that moment, a node leaving flight
+    (a final state, or back to pending) frees its slot; a node caught in flight by a crash keeps its slot on resume.
+    """
+    taken, slots = {}, {}
+    for event in (ledger or {}).get('events') or []:
+        name, state = event.get('node'), event.get('to')
+        if not isinstance(name, str):
+            continue
+        if state in _gate.IN_FLIGHT and name not in taken:
+            used = set(taken.values())
+            taken[name] = slots[name] = next(slot for slot in range(1, len(used) + 2) if slot not in used)
+        elif state in _gate.FINAL or state == _gate.PENDING:
+            taken.pop(name, None)
+    return slots
+
+
+def build_node(name, host, ledger=None, rollout_run=False, end=None, slot=None):
+    """The report's entry for one node from what the callback recorded (``host``) and the ledger (``slot``: window_slots)."""
     host = host or {}
     record = ((ledger or {}).get('state') or {}).get('nodes', {}).get(name)
     node = {
         'name': name,
         'result': host.get('result') if host.get('result') in RESULTS else 'not_run',
         'batch': host.get('batch'),
+        'slot': slot,
         'drift': _drift_section(host.get('drift')),
         'rollout': _rollout_section(host.get('upgrade')),
         'ledger': _ledger_section(record),
@@ -287,7 +320,8 @@ def summarize(nodes, kind):
             if node['state'] in members:
                 progress[key] += 1
         for level, verdict in node['validation'].items():
-            row = validation.setdefault((level, str(node['batch'] or 1)), {'pass': 0, 'fail': 0, 'not_run': 0})
+            key = (level, str(node['batch'] or 1), str(node.get('slot') or ''))
+            row = validation.setdefault(key, {'pass': 0, 'fail': 0, 'not_run': 0})
             row[verdict] += 1
         for phase, seconds in ((node['rollout'] or {}).get('seconds') or {}).items():
             entry = phases.setdefault(phase, {'nodes': 0, 'total': 0.0, 'max': 0.0})
@@ -300,7 +334,7 @@ def summarize(nodes, kind):
         'drift': drift,
         'drifted_components': dict(sorted(components.items())),
         'progress': progress,
-        'validation': [dict(level=level, batch=batch, **counts) for (level, batch), counts in sorted(validation.items())],
+        'validation': [dict(level=level, batch=batch, slot=slot, **counts) for (level, batch, slot), counts in sorted(validation.items())],
         'phases': dict((phase, dict(entry, mean=round(entry['total'] / entry['nodes'], 1))) for phase, entry in sorted(phases.items())),
         'failures': len([node for node in nodes if node['failure']]),
     }
@@ -318,7 +352,8 @@ def build(run, hosts, ledger=None, pin=None):
     kind = 'rollout' if rollout_run else 'drift'
     names = set(hosts) | set(state.get('nodes') or {})
     end = run.get('finished')
-    nodes = [build_node(name, hosts.get(name), ledger, rollout_run, end) for name in sorted(names)]
+    slots = window_slots(ledger)
+    nodes = [build_node(name, hosts.get(name), ledger, rollout_run, end, slots.get(name)) for name in sorted(names)]
     if pin is None:
         pin = state.get('pin') or next((host['drift'].get('pin') for host in hosts.values()
                                         if isinstance((host or {}).get('drift'), dict) and host['drift'].get('pin')), None) or {}
@@ -356,7 +391,9 @@ def merge(reports):
     if not reports:
         raise ReportError('nothing to merge')
     versions = set(report.get('schema_version') for report in reports)
-    if versions != {SCHEMA_VERSION}:
+    # 1.x only adds fields: reports of every 1.x merge (a node of an older one has no slot).
+    major = SCHEMA_VERSION.split('.', maxsplit=1)[0]
+    if not all(str(version).split('.', maxsplit=1)[0] == major for version in versions):
         raise ReportError('cannot merge report schema versions %s (this collection writes %s)' % (
             ', '.join(sorted(str(version) for version in versions)), SCHEMA_VERSION))
     ordered = sorted(reports, key=lambda report: report['run'].get('finished') or '')

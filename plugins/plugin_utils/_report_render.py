@@ -264,11 +264,11 @@ def metrics(report, playbook=None):
     components = Gauge('gpufleet_drifted_nodes', 'Drifted nodes per pinned component.', ['playbook', 'component'], registry=registry)
     for component, count in summary['drifted_components'].items():
         components.labels(label, component).set(count)
-    validation = Gauge('gpufleet_validation_nodes', 'Nodes per DCGM diag level, batch and result (pass, fail, not_run).',
-                       ['playbook', 'level', 'batch', 'result'], registry=registry)
+    validation = Gauge('gpufleet_validation_nodes', 'Nodes per DCGM diag level, batch, window slot and result (pass, fail, not_run).',
+                       ['playbook', 'level', 'batch', 'slot', 'result'], registry=registry)
     for row in summary['validation']:
         for result in ('pass', 'fail', 'not_run'):
-            validation.labels(label, row['level'], row['batch'], result).set(row[result])
+            validation.labels(label, row['level'], row['batch'], row.get('slot') or '', result).set(row[result])
     for key, text in (('in_progress', 'in progress (cordoned .. validating, rolling back)'), ('done', 'done (done, left alone)'),
                       ('failed', 'failed (rolled back, quarantined)'), ('pending', 'pending (not admitted yet, deferred)')):
         Gauge('gpufleet_nodes_upgrades_%s' % key, 'Rollout nodes %s, as the GPU Operator counts its upgrades.' % text, ['playbook'],

@@ -62,7 +62,12 @@ class Host:
             handle.write('#!/bin/sh\nPATH=%s\nexport PATH\nexec %s "$@"\n' % (
                 shlex.quote(self.bin + ':' + SYSTEM_PATH), shlex.quote(sys.executable)))
         os.chmod(interpreter, 0o755)
-        self.vars = {'ansible_connection': 'local', 'ansible_python_interpreter': interpreter}
+        # So does its shell (commands without Python: drift_check reads a node with one shell command).
+        shell = os.path.join(base, name, 'sh')
+        with open(shell, 'w', encoding='utf-8') as handle:
+            handle.write('#!/bin/sh\nPATH=%s\nexport PATH\nexec /bin/sh "$@"\n' % shlex.quote(self.bin + ':' + SYSTEM_PATH))
+        os.chmod(shell, 0o755)
+        self.vars = {'ansible_connection': 'local', 'ansible_python_interpreter': interpreter, 'ansible_shell_executable': shell}
 
     def tool(self, tool, *responses):
         """Install a stand-in ``tool`` answering with ``responses`` (dicts, see stand_in.py)."""

@@ -103,6 +103,9 @@ def test_drift_report_check_diff(fleet, tmp_path):
     assert result.rc == 0, result.stderr
     drift = result.task('Compare the stack with the pin')
     assert drift['in-sync']['status'] == 'in_sync' and not drift['in-sync']['changed']
+    # One shell command per node read it (no Python there); the facts it assembled are the node's facts now.
+    assert all(drift[host]['facts_gathered_by'] == 'shell' for host in drift), drift
+    assert drift['in-sync']['ansible_facts']['gpufleet']['driver_version'] == '535.54.03'
     assert drift['old-driver']['status'] == 'drifted' and drift['old-driver']['changed']
     assert drift['old-driver']['drift']['driver'] == {'expected': '535.54.03', 'actual': '515.105.01', 'source': 'nvidia-smi'}
     assert drift['old-driver']['drift']['container_toolkit']['actual'] == '1.11.0-1'
@@ -121,6 +124,19 @@ def test_drift_report_check_diff(fleet, tmp_path):
 
 
 # Bad pin files (unknown key, empty, FIFO, huge, directory, not a version, ...): test_reliability_inputs.py.
+
+
+def test_a_node_the_shell_way_cannot_read_is_read_by_the_module(fleet, tmp_path):
+    # No temporary folder for the script (mktemp fails): gpu_facts reads the node instead, and says so.
+    drift_stand_ins(fleet, DPKG_LISTING)
+    fleet.hosts['in-sync'].tool('mktemp', {'args': [], 'rc': 1, 'stderr': 'mktemp: failed to create directory: Read-only file system\n'})
+    result = run_playbook(DRIFT_REPORT, fleet.inventory(), '--check', '-e', json.dumps({'gpufleet_pin': {'driver': '535.54.03'}}))
+    assert result.rc == 0, result.stderr
+    drift = result.task('Compare the stack with the pin')
+    assert drift['in-sync']['facts_gathered_by'] == 'module' and drift['in-sync']['status'] == 'in_sync'
+    assert drift['in-sync']['warnings'] == ['in-sync: GPU facts read by the gpu_facts module instead: mktemp -d failed']
+    assert drift['old-driver']['facts_gathered_by'] == 'shell' and drift['old-driver']['status'] == 'drifted'
+    assert drift['mismatch']['status'] == 'broken'
 
 
 def test_a_number_in_the_pin_variable_is_refused_with_the_quoting_hint(fleet):

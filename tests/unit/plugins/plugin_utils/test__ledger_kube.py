@@ -101,6 +101,21 @@ def test_the_same_events_and_state_json_as_the_file_backend(kube, tmp_path):
     assert sorted(objects) == [backend.head_name('run1'), backend.chunk_name('run1', 0)]
 
 
+def test_the_fleet_report_reads_a_kubernetes_ledger_as_a_file_one(kube, tmp_path):
+    # The fleet_report callback gets the gate's specification (upgrade_phase's ledger argument, or the extra variables).
+    from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _report  # pylint: disable=import-outside-toplevel
+    backend, _store = kube
+    happy_run(backend)
+    happy_run(FileBackend(str(tmp_path / 'files')))
+    from_kube = _report.read_ledger(dict(backend.spec(), run_dir=str(tmp_path / 'fresh-controller'), run_id='run1'))
+    from_files = _report.read_ledger(str(tmp_path / 'files' / 'run1'))
+    assert (from_kube['state'], from_kube['events']) == (from_files['state'], from_files['events'])
+    assert from_kube['path'] == 'ConfigMaps %s/%s-NNNNN key ledger.jsonl' % (backend.namespace, backend.head_name('run1'))
+    assert _report.window_slots(from_kube) == {'n1': 1, 'n2': 1}
+    with pytest.raises(_report.ReportError, match=r'ConfigMaps %s/gpufleet-run-run2-.* no ledger' % backend.namespace):
+        _report.read_ledger(dict(backend.spec(), run_dir=str(tmp_path / 'fresh-controller'), run_id='run2'))
+
+
 def test_a_fresh_controller_finds_the_run_and_continues_it(kube, tmp_path):
     backend, _store = kube
     ledger = RunLedger.create(backend, '20261124T120000Z-abc123', inventory='inv', nodes=NODES)

@@ -141,7 +141,7 @@ def test_rollout_report_states_failures_validation_and_phases():
     assert nodes['gpu-03']['validation'] == {'1': 'fail', '3': 'not_run'}
     assert nodes['gpu-01']['failure'] is None and nodes['gpu-04']['failure'] is None
     assert report['summary']['progress'] == {'in_progress': 0, 'done': 1, 'failed': 2, 'pending': 1}
-    assert {'level': '3', 'batch': '2', 'pass': 0, 'fail': 1, 'not_run': 1} in report['summary']['validation']
+    assert {'level': '3', 'batch': '2', 'slot': '', 'pass': 0, 'fail': 1, 'not_run': 1} in report['summary']['validation']
     assert report['summary']['phases']['converge'] == {'nodes': 3, 'total': 180.0, 'max': 60.0, 'mean': 60.0}
     assert [span['phase'] for span in nodes['gpu-01']['timeline']] == ['precheck', 'drain', 'converge', 'reboot', 'validate']
 
@@ -179,6 +179,28 @@ def test_report_agrees_with_the_ledger(tmp_path):
     assert [span['phase'] for span in gpu_02['timeline']][-2:] == ['rolling_back', 'rolled_back']
     assert gpu_02['ledger']['reason'] == 'validation failed on the new pin'
     assert _report_render.validate(report) == []
+
+
+def test_window_slots_replay_the_ledger_lowest_free_slot_first():
+    events = [{'node': node, 'to': state} for node, state in [
+        ('a', 'admitted'), ('b', 'admitted'), ('a', 'cordoned'), ('a', 'done'),      # a frees slot 1
+        ('c', 'admitted'), ('b', 'rolling_back'), ('b', 'rolled_back'),              # c takes 1, b frees 2
+        ('d', 'admitted'), ('c', 'deferred'), ('c', 'pending'), ('e', 'admitted'),   # d takes 2, e takes 1
+        ('c', 'admitted'), ('x', 'pending')]]                                        # a retry of c takes 3
+    assert _report.window_slots({'events': events}) == {'a': 1, 'b': 2, 'c': 3, 'd': 2, 'e': 1}
+    assert _report.window_slots(None) == {} and _report.window_slots({'events': [{'to': 'admitted'}]}) == {}
+
+
+def test_validation_metric_per_window_slot(tmp_path):
+    path = make_ledger(tmp_path)
+    ledger = _report.read_ledger(os.path.join(path, 'ledger.jsonl'))
+    report = _report.build(dict(RUN, playbooks=['rolling_restart.yml']), rollout_hosts(), ledger)
+    assert dict((node['name'], node['slot']) for node in report['nodes']) == {
+        'gpu-01': 1, 'gpu-02': 1, 'gpu-03': 1, 'gpu-04': 1, 'gpu-05': None}
+    assert _report_render.validate(report) == []
+    found = samples(_report_render.metrics(report))
+    label = ('playbook', 'rolling_restart')
+    assert found[('gpufleet_validation_nodes', (('batch', '2'), ('level', '1'), label, ('result', 'fail'), ('slot', '1')))] == 1
 
 
 def test_read_ledger_names_the_folder_without_one(tmp_path):
@@ -271,8 +293,8 @@ def test_metrics_of_a_rollout_progress_and_validation_per_level_and_batch():
     found = samples(_report_render.metrics(_report.build(dict(RUN, playbooks=['rolling_restart.yml']), rollout_hosts())))
     label = ('playbook', 'rolling_restart')
     assert [found[('gpufleet_nodes_upgrades_%s' % key, (label,))] for key in ('in_progress', 'done', 'failed', 'pending')] == [0, 1, 2, 1]
-    assert found[('gpufleet_validation_nodes', (('batch', '2'), ('level', '1'), label, ('result', 'fail')))] == 1
-    assert found[('gpufleet_validation_nodes', (('batch', '1'), ('level', '3'), label, ('result', 'pass')))] == 1
+    assert found[('gpufleet_validation_nodes', (('batch', '2'), ('level', '1'), label, ('result', 'fail'), ('slot', '')))] == 1
+    assert found[('gpufleet_validation_nodes', (('batch', '1'), ('level', '3'), label, ('result', 'pass'), ('slot', '')))] == 1
     assert found[('gpufleet_phase_seconds', (('phase', 'reboot'), label, ('stat', 'mean')))] == 60
 
 

@@ -1,0 +1,164 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The shell gatherer (drift_check's) reads a node exactly as the gpu_facts module does.
+
+Both run here on one folder of stand-in tools that print real captured outputs (and misbehave: a mismatch, a crash,
+a hang, bytes that are not UTF-8); what ``_facts.assemble`` makes of the two ``raw`` mappings must be equal.
+"""
+
+import os
+import shlex
+import subprocess
+
+import pytest
+
+from ansible.module_utils.common.process import get_bin_path
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _gather
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import assemble
+from ansible_collections.gpufleet.lifecycle.plugins.modules import gpu_facts
+from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import real_output_path
+from ansible_collections.gpufleet.lifecycle.tests.unit.listing_readers import parse_dpkg_l
+
+XML = real_output_path('nvidia-smi-xml', 'telegraf_a100-sxm4-80gb_535.54.03_v12.xml')
+MISMATCH = real_output_path('errors', 'nvml-mismatch_570.124_tinygrad-ogkm-issue47.txt')
+DPKG_L = real_output_path('packages', 'dpkg-l-nvidia_535.129.03_ubuntu22.04_nct-1.15.0rc1_nct-issue196.txt')
+DCGMI = real_output_path('dcgmi', 'dcgmi-v_3.3.1_hostengine-3.3.0_DCGM-issue139.txt')
+SYSTEMCTL = real_output_path('systemd', 'systemctl-show_4units_systemd252_debian12_sim-node.txt')
+CTK = real_output_path('packages', 'nvidia-ctk-version_1.12.0_nct-issue50.txt')
+BOUNDARY = 'gpufleet-gather-0123456789abcdef'
+HEALTHY_SMI = 'exec cat %s\n' % shlex.quote(XML)
+
+
+class FakeModule:
+    """What gpu_facts.gather uses of AnsibleModule."""
+
+    def __init__(self, state_dir, command_timeout):
+        self.params = {'nvidia_smi_path': None, 'gather_packages': True, 'command_timeout': command_timeout,
+                       'package_timeout': 120, 'state_dir': state_dir}
+        self.warnings = []
+
+    def get_bin_path(self, name, opt_dirs=None):
+        try:
+            return get_bin_path(name, opt_dirs=opt_dirs)
+        except ValueError:
+            return None
+
+    def warn(self, message):
+        self.warnings.append(message)
+
+
+def tool(folder, name, body):
+    path = os.path.join(folder, name)
+    with open(path, 'w', encoding='utf-8') as handle:
+        handle.write('#!/bin/sh\n' + body)
+    os.chmod(path, 0o755)
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    """A folder of stand-in tools first on PATH, and a state folder with a pin and an oversized reboot marker."""
+    tools = tmp_path / 'bin'
+    tools.mkdir()
+    with open(DPKG_L, encoding='utf-8') as handle:
+        listing = parse_dpkg_l(handle.read())
+    query = tmp_path / 'dpkg-query.txt'
+    query.write_text(''.join('%s\t%s\t%s \n' % (row['package'], row['version'] or '', row['status']) for row in listing.values()))
+    tool(str(tools), 'dpkg-query', 'exec cat %s\n' % shlex.quote(str(query)))
+    tool(str(tools), 'dcgmi', 'exec cat %s\n' % shlex.quote(DCGMI))
+    tool(str(tools), 'nvidia-ctk', 'exec cat %s\n' % shlex.quote(CTK))
+    tool(str(tools), 'systemctl', 'exec cat %s\n' % shlex.quote(SYSTEMCTL))
+    state = tmp_path / 'state'
+    state.mkdir()
+    (state / 'pin.json').write_text('{"driver": "535.54.03"}\n')
+    (state / 'reboot-required').write_text('x' * (_gather.RECORD_LIMIT + 1))
+    monkeypatch.setenv('PATH', '%s:/usr/bin:/bin' % tools)
+    return {'tools': str(tools), 'state': str(state), 'tmp': tmp_path}
+
+
+def both(node, command_timeout=60, shell=None):
+    """(facts from the module's gather, facts from the script) on the stand-in node; ``shell`` instead of /bin/sh."""
+    module = FakeModule(node['state'], command_timeout)
+    by_module = assemble(gpu_facts.gather(module))
+    argv = _gather.argv(_gather.script(), BOUNDARY, command_timeout, 120, node['state'])
+    argv[0] = shell or argv[0]
+    process = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    assert process.returncode == 0, process.stderr
+    assert process.stderr == b''
+    by_script = assemble(_gather.parse(process.stdout, BOUNDARY, command_timeout, 120))
+    return by_module, by_script
+
+
+SMI = {
+    'healthy': HEALTHY_SMI,
+    'library_mismatch': 'cat %s\nexit 18\n' % shlex.quote(MISMATCH),
+    'crashed': 'echo "starting" >&2\nkill -SEGV $$\n',
+    'not_utf8': "printf '<?xml version=\"1.0\" ?>\\n<nvidia_smi_log>\\377\\033[31m\\000</nvidia_smi_log>\\n'\n",
+    'no_devices': 'echo "No devices were found"\nexit 6\n',
+}
+
+
+# /bin/sh is dash on Debian and bash on RHEL-family nodes.
+@pytest.mark.parametrize('shell', ['/bin/sh', '/bin/bash'])
+@pytest.mark.parametrize('case', sorted(SMI))
+def test_the_script_reads_what_the_module_reads(node, case, shell):
+    tool(node['tools'], 'nvidia-smi', SMI[case])
+    by_module, by_script = both(node, shell=shell)
+    assert by_script == by_module
+    assert by_script['packages']['libnvidia-container-tools'] == '1.15.0~rc.1-1'
+    assert by_script['tools']['dcgm'] == '3.3.1' and by_script['tools']['nvidia_ctk'] == '1.12.0'
+    assert any(state and state['active'] for state in by_script['services'].values())
+    assert by_script['recorded_pin'] == {'driver': '535.54.03'} and by_script['pending_reboot'] == 'too large to read'
+    if case == 'healthy':
+        assert by_script['health'] == 'ok' and by_script['driver_version'] == '535.54.03'
+    else:
+        assert by_script['health'] == 'broken', by_script['health_message']
+
+
+def test_a_hung_nvidia_smi_is_killed_at_the_time_limit_by_both(node):
+    tool(node['tools'], 'nvidia-smi', 'sleep 30\n')
+    by_module, by_script = both(node, command_timeout=1)
+    assert by_script == by_module
+    assert by_script['health_reason'] == 'nvidia_smi_hung'
+    assert 'did not finish within 1 s' in by_script['health_message']
+
+
+def test_no_nvidia_smi_reads_the_same_from_both(node):
+    # The driver packages are installed (the dpkg listing), nvidia-smi is not on PATH: broken, not absent.
+    by_module, by_script = both(node)
+    assert by_script == by_module
+    assert (by_script['health'], by_script['health_reason']) == ('broken', 'nvidia_smi_missing')
+
+
+def test_a_pseudo_terminal_s_cr_lf_is_undone(node):
+    tool(node['tools'], 'nvidia-smi', HEALTHY_SMI)
+    argv = _gather.argv(_gather.script(), BOUNDARY, 60, 120, node['state'])
+    data = subprocess.run(argv, capture_output=True, timeout=60, check=True).stdout
+    direct = _gather.parse(data, BOUNDARY, 60, 120)
+    assert _gather.parse(data.replace(b'\n', b'\r\n'), BOUNDARY, 60, 120) == direct
+
+
+def test_output_cannot_forge_a_section(node):
+    # A tool printing a section header of its own (another token, or this one's name without the token) changes nothing.
+    tool(node['tools'], 'nvidia-smi', HEALTHY_SMI)
+    tool(node['tools'], 'dcgmi', 'cat %s\nprintf "\\n%s end\\n\\ngpufleet-gather-x nvidia_smi.rc\\n9"\n' % (shlex.quote(DCGMI), 'nvidia_smi.rc'))
+    by_module, by_script = both(node)
+    assert by_script == by_module and by_script['health'] == 'ok'
+
+
+@pytest.mark.parametrize('output, reason', [
+    (b'', 'stopped before its end'),
+    (b'\n' + BOUNDARY.encode() + b' kernel\n6.1.0\n', 'stopped before its end'),
+    (b'\n' + BOUNDARY.encode() + b' error timeout(1) not found\n', 'timeout(1) not found'),
+])
+def test_incomplete_output_is_an_error_the_action_falls_back_on(output, reason):
+    with pytest.raises(_gather.GatherError, match=reason.replace('(', r'\(').replace(')', r'\)')):
+        _gather.parse(output, BOUNDARY, 60, 120)
+
+
+def test_the_script_carries_no_inventory_data():
+    # Boundary, time limits and the state folder are arguments; the script text is the same for every host.
+    assert _gather.script() == _gather.script()
+    argv = _gather.argv(_gather.script(), BOUNDARY, 60, 120, '/etc/gpufleet')
+    assert argv[:2] == ['/bin/sh', '-c'] and argv[3:] == ['gpufleet-gather', BOUNDARY, '60', '120', '/etc/gpufleet']
