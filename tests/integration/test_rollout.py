@@ -68,9 +68,13 @@ def rollout(fleet, run_dir, inventory=None, **variables):
     return run(fleet, ROLLING_RESTART, inventory, values)
 
 
-def run(fleet, playbook, inventory, values):
+def run(fleet, playbook, inventory, values, report=None):
+    """ansible-playbook with the JSON stdout callback; ``report``: a folder for the fleet_report callback's files too."""
+    environment = ansible_environment()
+    if report:
+        environment.update({'ANSIBLE_CALLBACKS_ENABLED': 'gpufleet.lifecycle.fleet_report', 'GPUFLEET_REPORT_DIR': report})
     process = subprocess.run(['ansible-playbook', '-i', inventory or fleet.inventory, playbook, '-e', json.dumps(values)],
-                             env=ansible_environment(), cwd=ROOT, capture_output=True, text=True, check=False, timeout=600)
+                             env=environment, cwd=ROOT, capture_output=True, text=True, check=False, timeout=600)
     return process
 
 
@@ -302,7 +306,8 @@ def test_the_kubernetes_backend_survives_a_fresh_controller(fleet, tmp_path):
                     and new['spec'].get('holderIdentity') == run_id}
         assert len(renewals) >= 3, renewals       # acquired, then renewed every 2 s while ansible-playbook lived
 
-        again = rollout(fleet, str(tmp_path / 'ee-3' / 'runs'), **dict(values))
+        # The resume with the fleet_report callback: it reads the ledger from the cluster (the gate's specification).
+        again = run(fleet, ROLLING_RESTART, None, dict(values, gpufleet_run_dir=str(tmp_path / 'ee-3' / 'runs')), report=str(tmp_path / 'report'))
         assert again.returncode == 0, failures(again)
         assert 'took over the fleet lock of run %s' % run_id in again.stdout
         events = backend.read_events(run_id, 0)[0]
@@ -314,6 +319,9 @@ def test_the_kubernetes_backend_survives_a_fresh_controller(fleet, tmp_path):
         assert 'DRAIN' not in slurm_state(fleet, caught)['State']
         assert backend.holder(fleet_lock) is None       # released by the run's finish
         assert not os.path.exists(os.path.join(str(tmp_path / 'ee-3' / 'runs'), run_id, 'ledger.jsonl'))
+        report = report_agrees_with_ledger(tmp_path / 'report', events, state)
+        assert report['run']['ledger'] == 'ConfigMaps gpufleet/%s-NNNNN key ledger.jsonl' % backend.head_name(run_id)
+        assert sorted(node['slot'] for node in report['nodes']) == [1, 1]      # window 1
     finally:
         fake_apiserver.stop(server)
 
