@@ -228,27 +228,54 @@ def results_of(folder):
     return found
 
 
-def test_converge_only_the_drifted_then_roll_back(fleet, tmp_path):
+def run_ledger(run_dir):
+    """(events, state) of the one run under ``run_dir`` (window mode's ledger)."""
+    backend = FileBackend(run_dir)
+    run_ids = backend.run_ids()
+    assert len(run_ids) == 1, run_ids
+    return backend.read_events(run_ids[0], 0)[0], RunLedger.open(backend, run_ids[0]).state
+
+
+@pytest.mark.parametrize('mode', ['batch', 'window'])
+def test_converge_only_the_drifted_then_roll_back(fleet, tmp_path, mode):
     """converge.yml upgrades a drifted node; run again it touches nothing (the node is in sync); rollback.yml takes the
-    node back to the previous pin gpu_stack recorded."""
+    node back to the previous pin gpu_stack recorded. Batch mode (serial), and window mode (the rollout gate and its
+    ledger, gpufleet_window as an extra variable)."""
     node = 'gpu-04'   # on 550, in service
     first, second, back = (str(tmp_path / name) for name in ('converge', 'again', 'rollback'))
-    run = fleet.playbook(CONVERGE, '-e', json.dumps(dict(SIM_VARS, gpufleet_hosts=node, gpufleet_pin=PIN_580, gpufleet_results_dir=first)))
+    window = {'gpufleet_window': 1, 'gpufleet_canary': 0} if mode == 'window' else {}
+
+    def play(playbook, results, name):
+        values = dict(SIM_VARS, gpufleet_hosts=node, gpufleet_results_dir=results, **window)
+        if playbook == CONVERGE:
+            values['gpufleet_pin'] = PIN_580
+        if window:
+            values['gpufleet_run_dir'] = str(tmp_path / ('runs-' + name))
+        return fleet.playbook(playbook, '-e', json.dumps(values))
+
+    run = play(CONVERGE, first, 'converge')
     assert run.rc == 0, failures(run)
     assert results_of(first)[node]['state'] == 'done', results_of(first)
     assert loaded_driver(fleet, node)['driver'] == '580.65.06'
     booted = loaded_driver(fleet, node)['boot_id']
+    if window:
+        events, state = run_ledger(str(tmp_path / 'runs-converge'))
+        assert (state['status'], state['nodes'][node]['state']) == ('finished', 'done'), state
+        assert [event['to'] for event in events if event['node'] == node][:2] == ['admitted', 'cordoned']
 
-    again = fleet.playbook(CONVERGE, '-e', json.dumps(dict(SIM_VARS, gpufleet_hosts=node, gpufleet_pin=PIN_580, gpufleet_results_dir=second)))
+    again = play(CONVERGE, second, 'again')
     assert again.rc == 0, failures(again)
     assert results_of(second) == {}
     assert loaded_driver(fleet, node)['boot_id'] == booted and 'DRAIN' not in slurm(fleet, node)['State']
 
-    rolled = fleet.playbook(ROLLBACK, '-e', json.dumps(dict(SIM_VARS, gpufleet_hosts=node, gpufleet_results_dir=back)))
+    rolled = play(ROLLBACK, back, 'rollback')
     assert rolled.rc == 0, failures(rolled)
     assert results_of(back)[node]['state'] == 'done', results_of(back)
     assert loaded_driver(fleet, node)['driver'] == '550.127.05'
     assert 'DRAIN' not in slurm(fleet, node)['State']
+    if window:
+        _events, state = run_ledger(str(tmp_path / 'runs-rollback'))
+        assert (state['status'], state['nodes'][node]['state']) == ('finished', 'done'), state
 
 
 # nccl-tests all_reduce_perf (installed per node with `fleet nccl-tests`) and the driver_reload fallback (fault gpu_held).
