@@ -471,6 +471,45 @@ def finished_run(run_dir, run_id, nodes, final, inventory, finish=True):
     return ledger_
 
 
+def test_the_escalation_hook_may_be_a_url(fleet, tmp_path):
+    """gpufleet_escalation as an http URL: the pause is POSTed to it as JSON. Two quarantines of an earlier run in this run
+    folder trip the circuit breaker at the first admission, so the run pauses before any node is touched."""
+    import http.server  # pylint: disable=import-outside-toplevel
+    import threading  # pylint: disable=import-outside-toplevel
+
+    heard = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # pylint: disable=invalid-name
+            body = self.rfile.read(int(self.headers['Content-Length']))
+            heard.append((self.path, self.headers['Content-Type'], json.loads(body)))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):  # pylint: disable=arguments-differ
+            pass
+
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        run_dir = str(tmp_path / 'runs')
+        finished_run(run_dir, 'earlier-run', ['gpu-06', 'gpu-07'], {'gpu-06': 'quarantined', 'gpu-07': 'quarantined'}, 'another-inventory')
+        url = 'http://127.0.0.1:%d/gpufleet/hook' % server.server_address[1]
+        paused = rollout(fleet, run_dir, gpufleet_hosts='gpu-05', gpufleet_window=1, gpufleet_canary=0, gpufleet_max_fail_percentage=None,
+                         gpufleet_pin_fault_threshold=None, gpufleet_circuit_breaker_threshold=2, gpufleet_escalation=url)
+    finally:
+        server.shutdown()
+        thread.join()
+    assert paused.returncode != 0 and 'circuit breaker open' in paused.stdout, failures(paused)
+    run_id = [name for name in os.listdir(run_dir) if name not in ('locks', 'earlier-run')][0]
+    events, state = ledger(run_dir, run_id)
+    assert state['status'] == 'paused' and state['nodes']['gpu-05']['state'] == 'pending' and not admissions(events)
+    assert [(path, kind, call['event'], call.get('rule'), call.get('run_id')) for path, kind, call in heard] == \
+        [('/gpufleet/hook', 'application/json', 'gpufleet.rollout.paused', 'circuit_breaker', run_id)], heard
+    assert 'DRAIN' not in slurm_state(fleet, 'gpu-05')['State']
+
+
 def test_resume_confirms_done_nodes_and_sends_a_failing_one_back(fleet, tmp_path):
     """The controller died after both nodes were done, before the run finished. The resumed run re-checks its done nodes
     (versions, GPUs, Fabric Manager) before it skips them: gpu-01 passes and is confirmed, never admitted again; gpu-02, whose
