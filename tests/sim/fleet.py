@@ -941,6 +941,8 @@ class Fleet:
             'GPUFLEET_SIM_REPO': self.repository(),
             'GPUFLEET_SIM_CODE': os.path.join(HERE, 'node', 'gpufleet_sim'),
             'GPUFLEET_SIM_NODE_ETC': etc,
+            # The container's name behind the state folder's hash, as the fleet's nodes: two checkouts' scenarios coexist.
+            'GPUFLEET_MOLECULE_NODE': 'gpufleet-molecule-%s-%s' % (hashlib.sha256(self.state_dir.encode('utf-8')).hexdigest()[:6], instance),
         }
 
     def exec_node(self, node, command):
