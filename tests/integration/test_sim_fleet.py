@@ -89,6 +89,21 @@ def test_slurm_drain_waits_for_the_running_job(sim_fleet):
     assert slurm_sim.wait_for(environment, 'gpu-04', lambda state: state == 'IDLE', timeout=15).get('Reason') in ('', None, '(null)')
 
 
+def test_the_shell_reads_every_node_as_the_gpu_facts_module_does(sim_fleet):
+    """On the simulated nodes (systemd, the services, the sim's nvidia-smi and dcgmi, dpkg, the state folder), the facts
+    drift_check assembles from its one shell command equal the gpu_facts module's, field for field."""
+    result = sim_fleet.playbook(os.path.join(PLAYBOOKS, 'sim_facts_parity.yml'), '-e', 'target=gpu')
+    assert result.rc == 0, result.stderr
+    shell, module = result.task('Read by the shell'), result.task('Read by the module')
+    assert sorted(shell) == sorted(module) == sim_fleet.nodes
+    for node in sim_fleet.nodes:
+        assert shell[node]['facts_gathered_by'] == 'shell', shell[node]
+        by_shell, by_module = shell[node]['ansible_facts']['gpufleet'], module[node]['ansible_facts']['gpufleet']
+        assert by_shell == by_module, dict((key, (by_shell.get(key), by_module.get(key))) for key in by_module
+                                           if by_shell.get(key) != by_module.get(key))
+        assert by_shell['health'] == 'ok' and by_shell['services']['nvidia-persistenced']['active'] == 'active', by_shell
+
+
 def test_kernel_pin_drifts_until_the_node_booted_the_kernel(sim_fleet):
     old_kernel, new_kernel = catalog.KERNELS[0][0], catalog.KERNELS[1][0]
     pin = {'kernel': new_kernel, 'driver': '550.127.05'}
