@@ -318,7 +318,10 @@ def _nvidia_smi_path(module):
 
 
 def _read_record(path):
-    """The text of a small state file (invalid UTF-8 replaced); None when absent or unreadable, False when over RECORD_LIMIT bytes."""
+    """The text of a small state file (invalid UTF-8 replaced); None when absent, unreadable or not a regular file (a FIFO would
+    block the read), False when over RECORD_LIMIT bytes."""
+    if not os.path.isfile(path):
+        return None
     try:
         with open(path, 'rb') as handle:
             data = handle.read(RECORD_LIMIT + 1)

@@ -131,6 +131,17 @@ def test_no_nvidia_smi_reads_the_same_from_both(node):
     assert (by_script['health'], by_script['health_reason']) == ('broken', 'nvidia_smi_missing')
 
 
+def test_a_state_file_that_is_not_a_regular_file_reads_as_absent_for_both(node):
+    # A FIFO where the previous pin belongs would block a read forever; a folder cannot be read.
+    os.mkfifo(os.path.join(node['state'], 'pin.previous.json'))
+    os.remove(os.path.join(node['state'], 'reboot-required'))
+    os.mkdir(os.path.join(node['state'], 'reboot-required'))
+    tool(node['tools'], 'nvidia-smi', HEALTHY_SMI)
+    by_module, by_script = both(node)
+    assert by_script == by_module
+    assert (by_script['previous_pin'], by_script['pending_reboot'], by_script['record_error']) == (None, None, None)
+
+
 def test_a_pseudo_terminal_s_cr_lf_is_undone(node):
     tool(node['tools'], 'nvidia-smi', HEALTHY_SMI)
     argv = _gather.argv(_gather.script(), BOUNDARY, 60, 120, node['state'])
