@@ -41,8 +41,10 @@ class ActionModule(ActionBase):
         if facts:
             return facts
         try:
-            facts = self._gather_by_script()
+            facts, warnings = self._gather_by_script()
             result['facts_gathered_by'] = 'shell'
+            if warnings:
+                result.setdefault('warnings', []).extend(warnings)
         except _gather.GatherError as exc:
             # A node without timeout(1), a writable temporary folder or a POSIX sh: the gpu_facts module reads the same.
             result.setdefault('warnings', []).append('%s: GPU facts read by the gpu_facts module instead: %s' % (
@@ -56,13 +58,14 @@ class ActionModule(ActionBase):
         return facts
 
     def _gather_by_script(self):
-        """The gpufleet facts from one shell command on the node (``_gather.SCRIPT``), assembled here on the controller."""
+        """(gpufleet facts, warnings) from one shell command on the node (``_gather.script``), assembled here on the controller."""
         boundary = 'gpufleet-gather-%s' % secrets.token_hex(16)
         argv = _gather.argv(_gather.script(), boundary, _gather.COMMAND_TIMEOUT, _gather.PACKAGE_TIMEOUT, _gather.STATE_DIR)
         command = ' '.join(part for part in (self._compute_environment_string(), shlex.join(argv)) if part)
         output = self._low_level_execute_command(command, sudoable=True, encoding_errors='surrogateescape')
         data = to_bytes(output.get('stdout') or '', errors='surrogateescape')
-        return assemble(_gather.parse(data, boundary, _gather.COMMAND_TIMEOUT, _gather.PACKAGE_TIMEOUT))
+        raw = _gather.parse(data, boundary, _gather.COMMAND_TIMEOUT, _gather.PACKAGE_TIMEOUT)
+        return assemble(raw), raw['warnings']
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

@@ -147,7 +147,7 @@ def _read_text(data):
     return data.decode('utf-8', 'replace').replace('\r\n', '\n').replace('\r', '\n')
 
 
-def _run_result(sections, key, argv_tail, timeout):
+def _run_result(sections, key, argv_tail, timeout, warnings):
     path = sections[key + '.path'].decode('utf-8', 'surrogateescape')
     command_argv = [path] + list(argv_tail)
     try:
@@ -156,6 +156,8 @@ def _run_result(sections, key, argv_tail, timeout):
         raise GatherError('%s: exit status %r is not a number' % (key, sections[key + '.rc'][:20]))
     timed_out = status in (124, 137)
     rc = None if timed_out else -(status - 128) if 128 < status < 192 else status
+    if timed_out:
+        warnings.append(_command.describe_timeout({'command': _command.render(command_argv), 'timeout': timeout}))
     return {
         'argv': command_argv,
         'command': _command.render(command_argv),
@@ -168,7 +170,10 @@ def _run_result(sections, key, argv_tail, timeout):
 
 
 def parse(data, boundary, command_timeout, package_timeout):
-    """The ``raw`` mapping for ``_facts.assemble`` from the script's output (bytes).  Raises GatherError when incomplete."""
+    """The ``raw`` mapping for ``_facts.assemble`` from the script's output (bytes).  Raises GatherError when incomplete.
+
+    ``raw['warnings']`` (not read by ``assemble``) names each command that ran past its limit, as the module warns.
+    """
     sections = _sections(data, boundary)
     errors = [name for name in sections if name.startswith('error ')]
     if errors:
@@ -185,6 +190,7 @@ def parse(data, boundary, command_timeout, package_timeout):
         'services': {},
         'records': {},
         'nvidia_smi': None,
+        'warnings': [],
     }
     for key, _path in _PROC_FILES:
         raw[key] = _read_text(sections[key]) if key in sections else None
@@ -193,17 +199,17 @@ def parse(data, boundary, command_timeout, package_timeout):
         raw['records'][name] = None if body is None else False if len(body) > RECORD_LIMIT else body.decode('utf-8', 'replace')
     try:
         if 'nvidia_smi.path' in sections:
-            raw['nvidia_smi'] = _run_result(sections, 'nvidia_smi', NVIDIA_SMI_ARGS, command_timeout)
+            raw['nvidia_smi'] = _run_result(sections, 'nvidia_smi', NVIDIA_SMI_ARGS, command_timeout, raw['warnings'])
             raw['nvidia_smi']['path'] = raw['nvidia_smi']['argv'][0]
         for manager, arguments in (('dpkg', ['-W', '-f', DPKG_QUERY_FORMAT]), ('rpm', ['-qa', '--qf', RPM_QUERY_FORMAT])):
             if 'packages:%s.path' % manager in sections:
-                raw['packages'] = dict(_run_result(sections, 'packages:' + manager, arguments, package_timeout), manager=manager)
+                raw['packages'] = dict(_run_result(sections, 'packages:' + manager, arguments, package_timeout, raw['warnings']), manager=manager)
         for tool, arguments in BANNERS.items():
             if 'banner:%s.path' % tool in sections:
-                result = _run_result(sections, 'banner:' + tool, arguments, command_timeout)
+                result = _run_result(sections, 'banner:' + tool, arguments, command_timeout, raw['warnings'])
                 raw['banners'][tool] = None if result['timed_out'] else result['stdout'] + result['stderr']
         if 'services.path' in sections:
-            result = _run_result(sections, 'services', [], command_timeout)
+            result = _run_result(sections, 'services', [], command_timeout, raw['warnings'])
             blocks = split_systemctl_show(result['stdout']) if result['rc'] == 0 else {}
             raw['services'] = dict((unit, blocks.get(unit)) for unit in SERVICES)
     except KeyError as exc:

@@ -78,7 +78,8 @@ def node(tmp_path, monkeypatch):
 
 
 def both(node, command_timeout=60, shell=None):
-    """(facts from the module's gather, facts from the script) on the stand-in node; ``shell`` instead of /bin/sh."""
+    """(facts from the module's gather, facts from the script) on the stand-in node; ``shell`` instead of /bin/sh.
+    Both warn of the same commands that ran past their limit."""
     module = FakeModule(node['state'], command_timeout)
     by_module = assemble(gpu_facts.gather(module))
     argv = _gather.argv(_gather.script(), BOUNDARY, command_timeout, 120, node['state'])
@@ -86,8 +87,9 @@ def both(node, command_timeout=60, shell=None):
     process = subprocess.run(argv, capture_output=True, timeout=60, check=False)
     assert process.returncode == 0, process.stderr
     assert process.stderr == b''
-    by_script = assemble(_gather.parse(process.stdout, BOUNDARY, command_timeout, 120))
-    return by_module, by_script
+    raw = _gather.parse(process.stdout, BOUNDARY, command_timeout, 120)
+    assert raw['warnings'] == module.warnings
+    return by_module, assemble(raw)
 
 
 SMI = {
@@ -121,6 +123,9 @@ def test_a_hung_nvidia_smi_is_killed_at_the_time_limit_by_both(node):
     by_module, by_script = both(node, command_timeout=1)
     assert by_script == by_module
     assert by_script['health_reason'] == 'nvidia_smi_hung'
+    module = FakeModule(node['state'], 1)
+    gpu_facts.gather(module)
+    assert len(module.warnings) == 1 and 'nvidia-smi -q -x did not finish within 1 s' in module.warnings[0]
     assert 'did not finish within 1 s' in by_script['health_message']
 
 
