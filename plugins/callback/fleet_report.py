@@ -186,7 +186,7 @@ class CallbackModule(CallbackBase):
         if not self.progress or not self.ledger or (now - self.ledger_checked < 1.0 and not force):
             return
         self.ledger_checked = now
-        spec = _report.ledger_spec(self.ledger)
+        spec = _report.ledger_of(self.ledger)
         try:
             if self.ledger_backend is None:
                 self.ledger_backend = _ledger.open_backend(spec)

@@ -23,6 +23,7 @@ through a pseudo-terminal (``ssh -tt``, which Ansible uses for become) has its C
 
 from __future__ import annotations
 
+import functools
 import shlex
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
@@ -58,19 +59,16 @@ class GatherError(Exception):
     """The script's output is incomplete or the node cannot run it (the caller falls back to the module)."""
 
 
-def _sh_list(words):
-    return ' '.join(shlex.quote(word) for word in words)
-
-
+@functools.lru_cache(maxsize=1)
 def script():
     """The gathering script (POSIX sh); arguments: boundary, command timeout, package timeout, state folder.
 
-    Built from this file's, ``_facts``' and ``_packages``' constants only, never from inventory data.
+    Built from this file's, ``_facts``' and ``_packages``' constants only, never from inventory data; built once per process.
     """
     banners = '\n'.join('find_tool %s %s && run %s "$ct" "$found" %s' % (
-        shlex.quote(tool), shlex.quote(CUDA_BIN), shlex.quote('banner:' + tool), _sh_list(arguments))
+        shlex.quote(tool), shlex.quote(CUDA_BIN), shlex.quote('banner:' + tool), shlex.join(arguments))
         for tool, arguments in BANNERS.items())
-    units = _sh_list(unit + '.service' for unit in SERVICES)
+    units = shlex.join(unit + '.service' for unit in SERVICES)
     return '\n'.join([
         'set -f',
         'LC_ALL=C; LANG=C; export LC_ALL LANG',
@@ -114,7 +112,7 @@ def script():
     ] + ['[ -f "$sd"/%s ] && [ -r "$sd"/%s ] && { s %s; head -c %d -- "$sd"/%s; }' % (
         shlex.quote(name), shlex.quote(name), shlex.quote('record:' + name), RECORD_LIMIT + 1, shlex.quote(name))
         for name in RECORDS] + [
-        'find_tool nvidia-smi %s && run nvidia_smi "$ct" "$found" %s' % (_sh_list(NVIDIA_SMI_DIRS), _sh_list(NVIDIA_SMI_ARGS)),
+        'find_tool nvidia-smi %s && run nvidia_smi "$ct" "$found" %s' % (shlex.join(NVIDIA_SMI_DIRS), shlex.join(NVIDIA_SMI_ARGS)),
         'if find_tool dpkg-query; then run packages:dpkg "$pt" "$found" -W -f %s' % shlex.quote(DPKG_QUERY_FORMAT),
         'elif find_tool rpm; then run packages:rpm "$pt" "$found" -qa --qf %s; fi' % shlex.quote(RPM_QUERY_FORMAT),
         banners,

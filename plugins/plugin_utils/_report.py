@@ -70,7 +70,7 @@ def ledger_location(path):
     return os.path.dirname(path), os.path.basename(path)
 
 
-def ledger_spec(where):
+def ledger_of(where):
     """The ledger specification ``{backend, run_dir, run_id, ...}`` of a path (``<run_dir>/<run_id>[/ledger.jsonl]``, the
     file backend) or of a specification as the rollout gate hands it to the hosts (``gpufleet_ledger``: any backend)."""
     if isinstance(where, dict):
@@ -80,9 +80,9 @@ def ledger_spec(where):
 
 
 def read_ledger(where):
-    """``{'path', 'state', 'events'}`` of a ledger (a path or a specification, :func:`ledger_spec`), rebuilt from its events
+    """``{'path', 'state', 'events'}`` of a ledger (a path or a specification, :func:`ledger_of`), rebuilt from its events
     (the authority) through ``_ledger.open_backend``, so a Kubernetes ledger reads as a file one; ``path`` says where it is."""
-    spec = ledger_spec(where)
+    spec = ledger_of(where)
     run_id = spec.get('run_id')
     label = '%s' % (spec.get('run_dir'),)
     try:
