@@ -198,7 +198,11 @@ def fleet(tmp_path):
 
 
 SIM = os.path.join(ROOT, 'tests', 'sim')
-SIM_STATE = os.path.join(ROOT, 'build', 'sim-test')
+# Under pytest-xdist each worker is a session of its own: a session-scoped fleet gets a state folder per worker (the
+# simulated fleet names its containers, ports and Slurm after the folder, so fleets of several workers run side by side).
+# Module-scoped fleets keep one folder per module: ``--dist loadscope`` runs a module on one worker.
+WORKER = os.environ.get('PYTEST_XDIST_WORKER', '')
+SIM_STATE = os.path.join(ROOT, 'build', 'sim-test' + ('-' + WORKER if WORKER else ''))
 
 
 class SimFleet:
@@ -290,6 +294,26 @@ def run_molecule(scenario, state_dir):
         if not re.search(r'^.*%s\W+%s\W.*Executed: Successful' % (scenario, step), output, re.MULTILINE):
             raise AssertionError('molecule step %s did not run successfully:\n%s' % (step, output[-4000:]))
     return output
+
+
+# --- Parallel runs (pytest-xdist, hacking/run_tests.sh) ------------------------------------------------------------
+
+# The modules that take longest (build/test-times.txt of a run lists them) are collected first, in this order, and
+# hacking/run_tests.sh runs xdist with --dist loadscope --no-loadscope-reorder: a worker runs a module at a time, and
+# xdist hands the first modules out two per worker before the rest go to whichever worker is free: worker i starts with
+# modules i and i + N (N workers, 4 by default). So the four longest come first and the 5th to 8th are the short ones
+# that pair with them (the molecule scenario of gpu_stack with the shortest of the four); a long module started last
+# would run alone at the end.
+FIRST = ('test_node_upgrade.py', 'test_reliability_faults.py', 'test_rollout.py', 'test_gpu_stack.py',
+         'test_sim_fleet.py', 'test_node_drain.py', 'test_sim_molecule.py', 'test_gpu_stack_molecule.py')
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Heavy modules first (FIRST, in that order), the others after them as collected; each module's tests keep their
+    order.  Every worker collects the same order, as xdist requires."""
+    del session, config
+    rank = dict((name, index) for index, name in enumerate(FIRST))
+    items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)), len(FIRST)))
 
 
 # --- A real Slurm cluster (tests/sim/slurm) for the Slurm suites -------------------------------------
@@ -387,15 +411,59 @@ def reliability(request):
     return recorder
 
 
+# Under pytest-xdist the scenarios are recorded in the workers; each hands its own to the controller (workeroutput),
+# which generates and compares the document once, from all of them.
+_WORKER_SCENARIOS = 'gpufleet_reliability'
+
+
+def _suite_collected(session):
+    import reliability as module  # pylint: disable=import-error
+    if session.config.getoption('keyword', '') or session.config.getoption('markexpr', ''):
+        return False
+    collected = set(os.path.realpath(str(item.fspath)) for item in session.items)
+    return all(os.path.realpath(path) in collected for path in module.suite_files())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist controller: take a finished worker's scenarios (and whether it collected the whole fault suite)."""
+    data = getattr(node, 'workeroutput', {}).get(_WORKER_SCENARIOS)
+    if not data:
+        return
+    import reliability as module  # pylint: disable=import-error
+    recorder = _recorder()
+    payload = json.loads(data)
+    recorder.worker_collected = getattr(recorder, 'worker_collected', True) and payload['collected']
+    for item in payload['scenarios']:
+        scenario = module.Scenario(item['category'], item['name'], item['injected'], item['test'])
+        scenario.observed(item['observation'])
+        recorder.scenarios.append(scenario)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """After a run of the whole fault suite that passed: generate docs/reliability.md and fail when it differs."""
     import reliability as module  # pylint: disable=import-error
+    workeroutput = getattr(session.config, 'workeroutput', None)
+    if workeroutput is not None:
+        if _RELIABILITY is not None and _RELIABILITY.scenarios:
+            workeroutput[_WORKER_SCENARIOS] = json.dumps({
+                'collected': _suite_collected(session),
+                'scenarios': [dict(category=s.category, name=s.name, injected=s.injected, test=s.test, observation=s.observation)
+                              for s in _RELIABILITY.scenarios]})
+        return
     if _RELIABILITY is None or not _RELIABILITY.scenarios or exitstatus != 0:
         return
-    if session.config.getoption('keyword', '') or session.config.getoption('markexpr', ''):
-        return
-    collected = set(os.path.realpath(str(item.fspath)) for item in session.items)
-    if not all(os.path.realpath(path) in collected for path in module.suite_files()):
+    if hasattr(_RELIABILITY, 'worker_collected'):
+        if not _RELIABILITY.worker_collected:
+            return
+        names = [(s.category, s.name) for s in _RELIABILITY.scenarios]
+        twice = sorted(set(name for name in names if names.count(name) > 1))
+        if twice:
+            session.config.pluginmanager.get_plugin('terminalreporter').write_line(
+                'reliability: scenarios recorded twice across workers: %s' % twice)
+            session.exitstatus = 1
+            return
+    elif not _suite_collected(session):
         return
     same, diff = module.compare(_RELIABILITY.scenarios)
     reporter = session.config.pluginmanager.get_plugin('terminalreporter')

@@ -90,6 +90,10 @@ SSH_PORT_SPAN = 400
 # under a lock, so no port is handed out twice: {"<port>": "<state dir>"}.
 PORT_REGISTRY = os.environ.get('GPUFLEET_SIM_PORT_REGISTRY') or os.path.join(
     tempfile.gettempdir(), 'gpufleet-sim-ports-%d.json' % os.getuid())
+# One builder of host packages and node images at a time on this machine: fleets coming up side by side (pytest-xdist
+# workers, make test's image prebuild, a demo) wait for each other instead of building the same image twice or running
+# two apt-get at once.
+BUILD_LOCK = os.environ.get('GPUFLEET_SIM_BUILD_LOCK') or os.path.join(tempfile.gettempdir(), 'gpufleet-sim-build-%d.lock' % os.getuid())
 # What a provisioned node has installed, by driver branch: (package, version) of the dummy repository.
 # Each expands to every versioned piece (catalog.exact_install), as NVIDIA's instructions name them.
 PROVISION = {
@@ -189,6 +193,24 @@ def port_registry(path=None):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def build_lock(path=None):
+    """The machine-wide lock of host package installs and image builds (BUILD_LOCK), held for the duration."""
+    with open(path or BUILD_LOCK, 'a', encoding='utf-8') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def image_kind(reference):
+    """What an image reference is an image of, without its inputs' hash: ``base``, ``base-rocky9``, ``550-fm``,
+    ``rocky9-550``; None for a reference that is not a node image tag."""
+    match = re.match(r'^%s:(.+)-[0-9a-f]{16}$' % re.escape(IMAGE_REPO), reference)
+    return match.group(1) if match else None
+
+
 def fleet_ports(state_dir):
     """The SSH (and BMC) ports the fleet in ``state_dir`` has handed to its nodes (empty when there is no such fleet)."""
     try:
@@ -243,7 +265,7 @@ class Fleet:
             raise FleetError('missing %s; install them (needs root): apt-get install %s' % (', '.join(missing), ' '.join(missing)))
         log('installing %s' % ', '.join(missing))
         environment = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
-        install = ['apt-get', 'install', '-y', '-qq', '--no-install-recommends'] + missing
+        install = ['apt-get', '-o', 'DPkg::Lock::Timeout=600', 'install', '-y', '-qq', '--no-install-recommends'] + missing
         if run(install, check=False, env=environment).returncode != 0:
             run(['apt-get', 'update', '-qq'], env=environment)
             run(install, env=environment)
@@ -444,13 +466,48 @@ class Fleet:
         self.podman('cp', preload, '%s:/etc/ld.so.preload' % container)
         self.podman('exec', container, 'chmod', '0644', UNAME_SHIM, '/etc/ld.so.preload')
 
+    def images(self, operating_system, branch, fabric_manager, keep=()):
+        """(base image, provisioned image) of a node, built when missing, with the host packages, under the machine-wide
+        build lock; stale images of the same kinds are pruned."""
+        with build_lock():
+            self.ensure_host_packages()
+            self.ensure_inotify_instances()
+            self.prepare()
+            base = self.base_image(operating_system)
+            if operating_system == 'rocky9':
+                image = self.provisioned_rocky9_image(base, branch, fabric_manager)
+            else:
+                image = self.provisioned_image(base, branch, fabric_manager)
+            self.prune_images({base, image} | set(keep), operating_system)
+        return base, image
+
     def prune_images(self, keep, operating_system='debian12'):
-        """Remove node images of earlier inputs of the same operating system (a debian12 fleet leaves the rocky9 images
-        alone, and the other way round); images a container still uses are refused by podman and stay."""
+        """Remove node images built from earlier inputs: an image of the same kind as one in ``keep`` (``base``,
+        ``550-fm``, ...; image_kind) and the same node operating system, with another hash. Images of other kinds (another
+        driver branch a fleet beside this one runs, the other operating system) stay; images a container still uses are
+        refused by podman and stay."""
+        kinds = set(image_kind(reference) for reference in keep) - {None}
         listed = self.podman('images', '--format', '{{.Repository}}:{{.Tag}}', IMAGE_REPO, check=False)
         for reference in listed.stdout.split():
-            if reference not in keep and self.image_os(reference) == operating_system:
+            if reference not in keep and image_kind(reference) in kinds and self.image_os(reference) == operating_system:
                 self.podman('rmi', reference, check=False)
+
+    def prebuild(self, operating_systems, branch='550', profile='h100-sxm-8'):
+        """Install the host packages (Slurm's too) and build the node images of ``up``'s defaults for each of
+        ``operating_systems``, so that the fleets of a test run find them (make test starts this beside its first
+        suites)."""
+        import slurm_sim  # pylint: disable=import-outside-toplevel,import-error
+        started = time.time()
+        fabric_manager = node_state.make_hardware('x', profile).get('nvswitch_count', 0) > 0
+        built = []
+        for operating_system in operating_systems:
+            if operating_system not in OPERATING_SYSTEMS:
+                raise FleetError('unknown node operating system %s; known: %s' % (operating_system, ', '.join(OPERATING_SYSTEMS)))
+            built.extend(self.images(operating_system, branch, fabric_manager))
+        with build_lock():
+            slurm_sim.ensure_packages()
+        log('host packages and node images ready in %.0fs' % (time.time() - started))
+        return built
 
     def wait_for_systemd(self, container, timeout=90):
         deadline = time.time() + timeout
@@ -538,23 +595,15 @@ class Fleet:
         if branch not in PROVISION:
             raise FleetError('unknown driver branch %s; known: %s' % (branch, ', '.join(sorted(PROVISION))))
         started = time.time()
-        self.ensure_host_packages()
-        self.ensure_inotify_instances()
-        key = self.prepare()
         if operating_system not in OPERATING_SYSTEMS:
             raise FleetError('unknown node operating system %s; known: %s' % (operating_system, ', '.join(OPERATING_SYSTEMS)))
-        config = self.load() or {'nodes': {}, 'scheduler': None}
-        repo = self.repository()
-        base = self.base_image(operating_system)
         if fabric_manager is None:
             fabric_manager = node_state.make_hardware('x', profile).get('nvswitch_count', 0) > 0
-        if operating_system == 'rocky9':
-            rpm_repo = self.rpm_repository()
-            image = self.provisioned_rocky9_image(base, branch, fabric_manager)
-        else:
-            rpm_repo = None
-            image = self.provisioned_image(base, branch, fabric_manager)
-        self.prune_images({base, image} | set(spec['image'] for spec in config['nodes'].values()), operating_system)
+        key = self.prepare()
+        config = self.load() or {'nodes': {}, 'scheduler': None}
+        dummy, image = self.images(operating_system, branch, fabric_manager, keep=set(spec['image'] for spec in config['nodes'].values()))
+        repo = self.repository()
+        rpm_repo = self.rpm_repository() if operating_system == 'rocky9' else None
         wanted = ['%s%02d' % (prefix, index) for index in range(1, count + 1)]
         for node in wanted:
             config['nodes'].setdefault(node, {'ssh_port': None, 'profile': profile, 'branch': branch, 'image': image, 'repo': repo,
@@ -925,12 +974,9 @@ class Fleet:
         molecule's podman driver starts the container; this prepares the image, the package repository,
         the fake tools' path and a hardware/fault folder for ``instance``.
         """
-        self.ensure_host_packages()
-        self.ensure_inotify_instances()
         self.prepare()
-        base = self.base_image()
         fabric_manager = node_state.make_hardware('x', profile).get('nvswitch_count', 0) > 0
-        image = self.provisioned_image(base, branch, fabric_manager)
+        dummy, image = self.images('debian12', branch, fabric_manager)
         etc = os.path.join(self.state_dir, 'molecule', instance, 'etc')
         os.makedirs(etc, exist_ok=True)
         self._write_json(os.path.join(etc, 'hardware.json'), node_state.make_hardware(instance, profile))
@@ -986,6 +1032,11 @@ def main(argv=None):
     molecule.add_argument('--driver', default='550')
     molecule.add_argument('--profile', default='h100-sxm-8')
     molecule.add_argument('--instance', default='gpu-01')
+    prebuild = commands.add_parser('prebuild', help='install the host packages and build the node images (of --driver and --profile) '
+                                                    'for each --os; prints the images')
+    prebuild.add_argument('--os', action='append', choices=OPERATING_SYSTEMS, dest='operating_systems')
+    prebuild.add_argument('--driver', default='550')
+    prebuild.add_argument('--profile', default='h100-sxm-8')
     execute = commands.add_parser('exec', help='run a command in a node')
     execute.add_argument('node')
     execute.add_argument('cmd', nargs=argparse.REMAINDER)
@@ -1012,6 +1063,8 @@ def main(argv=None):
             fleet.reboot_node(arguments.node)
         elif arguments.command == 'molecule-env':
             print(json.dumps(fleet.molecule_env(arguments.driver, arguments.profile, arguments.instance)))
+        elif arguments.command == 'prebuild':
+            print('\n'.join(fleet.prebuild(arguments.operating_systems or ['debian12'], arguments.driver, arguments.profile)))
         elif arguments.command == 'exec':
             command = arguments.cmd[1:] if arguments.cmd[:1] == ['--'] else arguments.cmd
             return fleet.exec_node(arguments.node, command)

@@ -49,3 +49,21 @@ def test_a_rocky_fleet_leaves_the_debian_images_alone(tmp_path):
     fleet = Recorder(str(tmp_path))
     fleet.prune_images({IMAGES[3], IMAGES[4]}, 'rocky9')
     assert fleet.removed == [IMAGES[5]]
+
+
+@pytest.mark.parametrize('reference, kind', [
+    (IMAGES[0], 'base'), (IMAGES[1], '550-fm'), (IMAGES[3], 'base-rocky9'), (IMAGES[4], 'rocky9-550-fm'),
+    ('localhost/gpufleet-sim-node:580-0123456789abcdef', '580'), ('localhost/other:550-fm-804ed3df14c2e8b5', None),
+    ('localhost/gpufleet-sim-node:latest', None),
+])
+def test_image_kind(reference, kind):
+    assert FLEET.image_kind(reference) == kind
+
+
+def test_a_fleet_leaves_the_images_of_another_branch_alone(tmp_path):
+    # A fleet on 580 beside one on 550 (pytest-xdist workers, a demo beside the tests): only stale 580 images go.
+    fleet = Recorder(str(tmp_path))
+    fleet.prune_images({IMAGES[0], 'localhost/gpufleet-sim-node:580-fm-0123456789abcdef'}, 'debian12')
+    assert fleet.removed == []
+    fleet.prune_images({IMAGES[0], IMAGES[2]}, 'debian12')
+    assert fleet.removed == [IMAGES[1]]

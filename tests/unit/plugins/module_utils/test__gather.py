@@ -7,6 +7,7 @@ Both run here on one folder of stand-in tools that print real captured outputs (
 a hang, bytes that are not UTF-8); what ``_facts.assemble`` makes of the two ``raw`` mappings must be equal.
 """
 
+import json
 import os
 import shlex
 import subprocess
@@ -178,3 +179,25 @@ def test_the_script_carries_no_inventory_data():
     assert _gather.script() == _gather.script()
     argv = _gather.argv(_gather.script(), BOUNDARY, 60, 120, '/etc/gpufleet')
     assert argv[:2] == ['/bin/sh', '-c'] and argv[3:] == ['gpufleet-gather', BOUNDARY, '60', '120', '/etc/gpufleet']
+
+
+def test_a_real_h100_read_by_the_shell_gatherer_as_gpu_facts_read_it():
+    # The one shell command as a real H100 node answered it (hacking/capture_real_node.sh), and the gpu_facts module's
+    # result on a machine of the same kind (same image, driver and VBIOS; another lease, so another board) earlier the
+    # same day: the facts the controller assembles are the module's, apart from the board's identity and the live reading.
+    path = real_output_path('h100-device', 'gather-raw_h100_580.159.04_no-package-driver.bin')
+    with open(path + '.source.txt', encoding='utf-8') as handle:
+        boundary = [line.split(': ', 1)[1].strip() for line in handle if line.startswith('boundary: ')][0]
+    with open(path, 'rb') as handle:
+        raw = _gather.parse(handle.read(), boundary, _gather.COMMAND_TIMEOUT, _gather.PACKAGE_TIMEOUT)
+    facts = assemble(raw)
+    with open(real_output_path('h100-device', 'gpu_facts-module-result_h100.json'), encoding='utf-8') as handle:
+        module = json.load(handle)['ansible_facts']['gpufleet']
+    assert raw['warnings'] == []
+    assert facts['driver_version'] == facts['kernel_module_version'] == '580.159.04'
+    assert (facts['health'], facts['gpu_count'], facts['gpus'][0]['name']) == ('ok', 1, 'NVIDIA H100 80GB HBM3')
+    assert facts['nvidia_smi_path'] == '/usr/local/nvidia/bin/nvidia-smi'
+    live = ('temperature_c', 'uuid', 'serial', 'board_part_number')
+    assert [dict((k, v) for k, v in gpu.items() if k not in live) for gpu in facts['gpus']] == \
+        [dict((k, v) for k, v in gpu.items() if k not in live) for gpu in module['gpus']]
+    assert dict((k, v) for k, v in facts.items() if k != 'gpus') == dict((k, v) for k, v in module.items() if k != 'gpus')
