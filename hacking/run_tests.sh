@@ -106,6 +106,12 @@ background_integration_wait() {
     passed+=("integration ($((SECONDS - integration_start))s)")
 }
 
+# Integration tests that need no simulated fleet and no Slurm daemons: stand-in NVIDIA tools, or the fake Kubernetes API
+# in-process (kubernetes.core's k8s_drain against a PodDisruptionBudget).
+STAND_IN_INTEGRATION=(tests/integration/test_gpu_facts.py tests/integration/test_dcgm_diag.py tests/integration/test_package_plan_commands.py
+                      tests/integration/test_sim_kube_quantities.py)
+VENV216="$root/.venv-216"
+
 collection_link() {
     # ansible, ansible-doc and ansible-lint find the checkout as gpufleet.lifecycle through this link.
     local link="$root/build/collections/ansible_collections/gpufleet/lifecycle"
@@ -167,6 +173,8 @@ suite_integration() {
 
 collection_link
 rm -rf "$TIMES" "$TIMES_REPORT"
+# However this script ends (a failed suite, an error of its own, an interrupt), the background suite ends with it.
+trap background_integration_stop EXIT
 what=${1:-all}
 case $what in
     all)
