@@ -44,16 +44,18 @@ times_report() {
         for file in "$TIMES"/*.tsv; do
             [ -e "$file" ] || continue
             awk -F '\t' -v suite="$(basename "$file" .tsv)" '{ printf "%8.1f %8.1f  %-16s %s\n", $1, $2, suite, $3 }' "$file"
-        done | sort -rn -k1,1 | head -n "$SLOWEST"
+        done | sort -rn -k1,1 | awk -v n="$SLOWEST" 'NR <= n'   # awk reads to the end: no SIGPIPE under pipefail
     } > "$TIMES_REPORT"
     cat "$TIMES_REPORT"
 }
 
 # "all" starts the integration suite at once, in the background, beside the other suites: first the simulated fleet's host
 # packages (podman, Slurm, ...) and node images (debian12 and rocky9, the default branch and profile; tests/sim/fleet
-# prebuild), then its pytest workers. Its tests mostly wait, the other suites mostly compute: together they take little
-# more than the integration suite alone. Its output is printed when it ends (build/integration.log meanwhile).
+# prebuild, which needs only the system python3) while make venv sets up .venv in the foreground, then, once .venv is
+# ready, its pytest workers. Its tests mostly wait, the other suites mostly compute: together they take little more
+# than the integration suite alone. Its output is printed when it ends (build/integration.log meanwhile).
 INTEGRATION_LOG=$root/build/integration.log
+VENV_READY=$root/build/venv-ready
 integration_pid=
 integration_start=
 
@@ -67,15 +69,26 @@ prebuild() {
     echo "prebuild: $(grep "ready in" "$root/build/prebuild.log")"
 }
 
+venv_wait() {
+    # The background suite's pytest runs from .venv: wait until the foreground's make venv has made it.
+    while [ ! -e "$VENV_READY" ]; do
+        sleep 1
+    done
+}
+
+suite_venv() {
+    "${MAKE:-make}" --no-print-directory -C "$root" venv && touch "$VENV_READY"
+}
+
 background_integration_start() {
     mkdir -p "$root/build"
     integration_start=$SECONDS
     # Job control: the background suite gets a process group of its own, so that a failure elsewhere can stop all of it.
     set -m
-    (prebuild && GPUFLEET_TEST_TIMES="$TIMES/integration.tsv" suite_integration) > "$INTEGRATION_LOG" 2>&1 &
+    (prebuild && venv_wait && GPUFLEET_TEST_TIMES="$TIMES/integration.tsv" suite_integration) > "$INTEGRATION_LOG" 2>&1 &
     integration_pid=$!
     set +m
-    echo "=== integration: started in the background (prebuild, then $WORKERS workers; build/integration.log)"
+    echo "=== integration: started in the background (the fleet's prebuild, then $WORKERS workers once .venv is ready; build/integration.log)"
 }
 
 background_integration_stop() {
@@ -178,7 +191,9 @@ trap background_integration_stop EXIT
 what=${1:-all}
 case $what in
     all)
+        rm -f "$VENV_READY"
         background_integration_start
+        run_suite venv suite_venv
         run_suite sanity suite_sanity
         run_suite units suite_units
         run_suite units-2.16 suite_units_216

@@ -20,8 +20,11 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
 fi
 echo "installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-# Wait for a dpkg lock another process holds (unattended-upgrades, a parallel make test) rather than fail.
-apt=(apt-get -o DPkg::Lock::Timeout=300)
+# Wait for a dpkg lock another process holds (unattended-upgrades, a parallel make test) rather than fail, and take the
+# simulated fleet's build lock (tests/sim/fleet.py BUILD_LOCK), held by its own apt-get runs and image builds: make test
+# starts the fleet's prebuild beside this script, and two apt-get update at once would fight over the lists lock.
+build_lock=${GPUFLEET_SIM_BUILD_LOCK:-${TMPDIR:-/tmp}/gpufleet-sim-build-$(id -u).lock}
+apt=(flock "$build_lock" apt-get -o DPkg::Lock::Timeout=300)
 "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
     "${apt[@]}" update -qq >/dev/null
     "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -468,7 +468,7 @@ class Fleet:
 
     def images(self, operating_system, branch, fabric_manager, keep=()):
         """(base image, provisioned image) of a node, built when missing, with the host packages, under the machine-wide
-        build lock; stale images of the same kinds are pruned."""
+        build lock (the host packages first: prepare() needs ssh-keygen); stale images of the same kinds are pruned."""
         with build_lock():
             self.ensure_host_packages()
             self.ensure_inotify_instances()
@@ -599,9 +599,9 @@ class Fleet:
             raise FleetError('unknown node operating system %s; known: %s' % (operating_system, ', '.join(OPERATING_SYSTEMS)))
         if fabric_manager is None:
             fabric_manager = node_state.make_hardware('x', profile).get('nvswitch_count', 0) > 0
-        key = self.prepare()
         config = self.load() or {'nodes': {}, 'scheduler': None}
         dummy, image = self.images(operating_system, branch, fabric_manager, keep=set(spec['image'] for spec in config['nodes'].values()))
+        key = self.prepare()
         repo = self.repository()
         rpm_repo = self.rpm_repository() if operating_system == 'rocky9' else None
         wanted = ['%s%02d' % (prefix, index) for index in range(1, count + 1)]
@@ -974,7 +974,6 @@ class Fleet:
         molecule's podman driver starts the container; this prepares the image, the package repository,
         the fake tools' path and a hardware/fault folder for ``instance``.
         """
-        self.prepare()
         fabric_manager = node_state.make_hardware('x', profile).get('nvswitch_count', 0) > 0
         dummy, image = self.images('debian12', branch, fabric_manager)
         etc = os.path.join(self.state_dir, 'molecule', instance, 'etc')
