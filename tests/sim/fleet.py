@@ -193,15 +193,12 @@ def port_registry(path=None):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-@contextlib.contextmanager
 def build_lock(path=None):
-    """The machine-wide lock of host package installs and image builds (BUILD_LOCK), held for the duration."""
-    with open(path or BUILD_LOCK, 'a', encoding='utf-8') as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    """The machine-wide lock of host package installs and image builds (BUILD_LOCK), held for the duration (a context
+    manager: the simulated Slurm's flock helper)."""
+    import slurm_sim  # pylint: disable=import-outside-toplevel,import-error
+    path = path or BUILD_LOCK
+    return slurm_sim.locked(os.path.dirname(path), os.path.basename(path))
 
 
 def image_kind(reference):
