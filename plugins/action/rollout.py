@@ -21,20 +21,26 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _phase
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
 
-STEPS = ('check', 'start', 'confirm', 'admit', 'settle', 'finish', 'plan', 'control')
+STEPS = ('check', 'start', 'confirm', 'admit', 'settle', 'summary', 'finish', 'plan', 'control')
+MODES = ('window', 'batch')
 VERBS = ('pause', 'resume', 'skip', 'retry', 'release', 'released', 'reset_breaker')
 ARGUMENT_SPEC = dict(
     step=dict(type='str', required=True, choices=list(STEPS)),
+    mode=dict(type='str', default='window', choices=list(MODES)),
+    batch=dict(type='list', elements='str', default=[]),
+    max_fail_percentage=dict(type='float'),
     nodes=dict(type='list', elements='str', default=[]),
     run_dir=dict(type='path'),
     run_id=dict(type='str', default=''),
     ledger=dict(type='dict', default={}),
     fleet=dict(type='str', default=''),
     pin=dict(type='dict', default={}),
+    pin_source=dict(type='str', default='gpufleet_pin_file'),
     policy=dict(type='dict'),
     scheduler=dict(type='str', default='none', choices=list(_rollout.SCHEDULERS)),
     slurm_environment=dict(type='dict', default={}),
@@ -54,6 +60,8 @@ ARGUMENT_SPEC = dict(
     unreachable=dict(type='bool', default=False),
 )
 COMMAND_TIMEOUT = 60
+# The variables the check and start steps validate first (_rollout.check_inputs).
+INPUT_VARIABLES = tuple(name for name, _choices in _rollout.INPUTS) + _ledger.SPEC_VARIABLES
 # A host host_pinned is starting (never at the gate yet, a worker free) keeps its place in the plan for this many poll
 # intervals (plus 3 s) of another host's wait.
 ARRIVAL_GRACE_POLLS = 2
@@ -153,7 +161,7 @@ class ActionModule(ActionBase):
         while True:
             tries += 1
             try:
-                return self._read_fleet(args, task_vars, list(ledger.state['nodes'])), None
+                return self._read_fleet(args, task_vars, list(args['order']) or list(ledger.state['nodes'])), None
             except (GateError, _rollout.RolloutError, _slurm.SlurmParseError) as exc:
                 error = to_native(exc)
             if args['scheduler'] == 'none':
@@ -203,34 +211,33 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _arrived(backend, run_id, node):
-        """Record that ``node`` reached the gate in this run; every node that ever did. Call under the run lock."""
-        path = os.path.join(backend.path(run_id), 'arrived.json')
-        try:
-            with open(path, encoding='utf-8') as handle:
-                data = set(name for name in json.load(handle) if isinstance(name, str))
-        except (OSError, ValueError, TypeError):
-            data = set()
+        """Record that ``node`` reached the gate in this run; every node that ever did. Call under the run lock.
+
+        Kept through the backend (``arrived``), not on this controller's disk: another controller of the run sees it.
+        """
+        document = backend.read_doc(run_id, 'arrived') or {}
+        data = set(name for name in document.get('nodes') or [] if isinstance(name, str))
         if node not in data:
             data.add(node)
-            _ledger.write_atomic(path, json.dumps(sorted(data)).encode('utf-8'))
+            backend.write_doc(run_id, 'arrived', {'nodes': sorted(data)})
         return data
 
     @staticmethod
     def _waiting(backend, run_id, node, present, ttl):
-        """Register (or remove) ``node`` as waiting at the gate; the nodes waiting now. Call under the run lock."""
-        path = os.path.join(backend.path(run_id), 'waiting.json')
+        """Register (or remove) ``node`` as waiting at the gate; the nodes waiting now. Call under the run lock.
+
+        Kept through the backend (``waiting``: node -> when it last polled), not on this controller's disk.
+        """
         now = time.time()
-        try:
-            with open(path, encoding='utf-8') as handle:
-                data = json.load(handle)
-        except (OSError, ValueError):
-            data = {}
-        data = {name: seen for name, seen in data.items() if isinstance(seen, (int, float)) and now - seen <= ttl}
+        document = backend.read_doc(run_id, 'waiting') or {}
+        data = {name: seen for name, seen in (document.get('nodes') or {}).items()
+                if isinstance(seen, (int, float)) and not isinstance(seen, bool) and now - seen <= ttl}
         if present:
             data[node] = now
         else:
             data.pop(node, None)
-        _ledger.write_atomic(path, json.dumps(data, sort_keys=True).encode('utf-8'))
+        if data != (document.get('nodes') or {}):
+            backend.write_doc(run_id, 'waiting', {'nodes': data})
         return set(data)
 
     @staticmethod
@@ -247,6 +254,19 @@ class ActionModule(ActionBase):
             except (_ledger.LedgerError, OSError, ValueError) as exc:
                 result.setdefault('warnings', []).append('circuit breaker: run %s cannot be read: %s' % (other, to_native(exc)))
         return _rollout.breaker_history(states, time.time(), policy.circuit_breaker_window)
+
+    @staticmethod
+    def _order(nodes, domains, scheduler, earlier):
+        """The plan's order of ``nodes``: nodes without running work first, longest first (their last duration in ``earlier``)."""
+        planned = _planner.order(_rollout.plan_nodes(list(nodes), scheduler, domains), scheduler.unavailable,
+                                 durations=_planner.node_durations(earlier))
+        return [item[0].name for item in planned]
+
+    @staticmethod
+    def _breaker(state, args):
+        """What the circuit breaker remembers of earlier runs: recorded in the run at its start (the ledger), else what this
+        controller's start step computed from the backend (I(breaker))."""
+        return args['breaker'] or state.get('breaker_history') or {}
 
     def _escalate(self, escalation, payload, result):
         """Call the escalation hook: a command (the payload as JSON on its standard input) or a URL (POSTed)."""
@@ -293,6 +313,7 @@ class ActionModule(ActionBase):
         if stale:
             result.setdefault('warnings', []).append('took over the fleet lock of run %s (host %s, pid %s is gone)'
                                                      % (stale.get('run_id'), stale.get('host'), stale.get('pid')))
+        caught = {}
         try:
             backend.hold(fleet, holder)
             scheduler = self._fleet_or_empty(args, task_vars, nodes, result, jobs=True)
@@ -300,61 +321,87 @@ class ActionModule(ActionBase):
             if resume:
                 ledger = _ledger.RunLedger.open(backend, run_id)
                 state = ledger.state
+                # The run's pin is the one it recorded: another one refuses the resume before anything is written.
+                _rollout.resume_pin(run_id, state.get('pin'), args['pin'], args['pin_source'])
                 if state.get('inventory') not in (None, inventory):
                     result.setdefault('warnings', []).append('run %s was started from inventory %s' % (run_id, state.get('inventory')))
                 ledger.add_nodes({node: info for node, info in infos.items() if node not in state['nodes']})
                 if (state.get('pause') or {}).get('by') != 'operator' and state['status'] != 'running' \
                         and any(record['state'] not in _gate.FINAL for record in state['nodes'].values()):
                     ledger.set_status('running', 'resumed')
+                if state.get('mode') not in (None, args['mode']):
+                    raise GateError('run %s is a %s-mode run: resume it in %s mode (gpufleet_window %s), or start a new run with '
+                                    '-e gpufleet_run_id=<a new id>' % (run_id, state.get('mode'), state.get('mode'),
+                                                                       'set' if state.get('mode') == 'window' else 'unset'))
+                if args['mode'] == 'batch':
+                    # No gate re-admits a node a crash caught in flight: the start does, and its procedure starts again.
+                    for name, record in sorted(state['nodes'].items()):
+                        if record['state'] in _gate.IN_FLIGHT:
+                            caught[name] = record['state']
+                            ledger.transition(name, 'admitted', '%s was caught %s by a crash: the batch runs its procedure again'
+                                              % (name, record['state']), resume=True)
                 if _policy.load_policy(state['policy']) != policy:
                     result.setdefault('warnings', []).append('run %s keeps the policy it started with (state.json policy); '
                                                              'start a new run to change it' % run_id)
                 policy = _policy.load_policy(state['policy'])
+                earlier = self._earlier_states(backend, run_id, args['history'], result)
             else:
-                ledger = _ledger.RunLedger.create(backend, run_id, inventory=inventory, policy=policy.to_dict(), pin=args['pin'], nodes=infos)
+                # One record per run: the pin, the previous pin, the policy, the mode, the order and the circuit breaker's
+                # memory of earlier runs, all in the ledger's first event.
+                earlier = self._earlier_states(backend, run_id, args['history'], result)
+                order = self._order(infos, {node: info['domain'] for node, info in infos.items()}, scheduler, earlier)
+                ledger = _ledger.RunLedger.create(backend, run_id, inventory=inventory, policy=policy.to_dict(), pin=args['pin'], nodes=infos,
+                                                  mode=args['mode'], previous_pin=_rollout.previous_pin(earlier, inventory), order=order,
+                                                  breaker_history=self._breaker_history(backend, run_id, policy, result))
             state = ledger.state
         except BaseException:
             backend.release(fleet, run_id)
             raise
         all_nodes = list(state['nodes'])
-        plan_domains = {name: record.get('domain') for name, record in state['nodes'].items()}
-        durations = _planner.node_durations(self._earlier_states(backend, run_id, args['history'], result))
-        planned = _planner.order(_rollout.plan_nodes(all_nodes, scheduler, plan_domains), scheduler.unavailable, durations=durations)
-        ordered = [item[0].name for item in planned]
+        ordered = self._order(all_nodes, {name: record.get('domain') for name, record in state['nodes'].items()}, scheduler, earlier)
         # A resumed run's done nodes are confirmed with a quick check before they are skipped: they go first (a few
         # seconds each, nothing cordoned); one that fails it goes back to pending and on through the gate.
-        confirm = _rollout.confirm_expectations(state, _rollout.node_results(self._results_dir(args, dict(spec, run_id=run_id)), state['nodes'])) \
-            if resume else {}
-        hosts = [name for name in ordered if name in confirm] + [name for name in ordered if state['nodes'][name]['state'] not in _gate.FINAL]
-        breaker = self._breaker_history(backend, run_id, policy, result)
+        confirm = _rollout.confirm_expectations(state) if resume and args['mode'] == 'window' else {}
+        if args['mode'] == 'batch':
+            # Batch mode keeps what users know of serial: the inventory's order; a resume takes the nodes not final yet.
+            hosts = [name for name in nodes + [name for name in all_nodes if name not in nodes] if state['nodes'][name]['state'] not in _gate.FINAL]
+        else:
+            hosts = [name for name in ordered if name in confirm] + [name for name in ordered if state['nodes'][name]['state'] not in _gate.FINAL]
+        breaker = state.get('breaker_history') if not resume and state.get('breaker_history') else \
+            self._breaker_history(backend, run_id, policy, result)
         window = policy.window_size(len(all_nodes))
         forks = self._var(task_vars, 'ansible_forks')
-        if isinstance(forks, int) and forks < window + 1:
+        if args['mode'] == 'window' and isinstance(forks, int) and forks < window + 1:
             result.setdefault('warnings', []).append('forks is %d: host_pinned runs at most that many hosts; the window is %d, '
                                                      'set forks to at least %d' % (forks, window, window + 1))
         ledger_spec = dict(spec, run_id=run_id)
         result.update(changed=not resume, run_id=run_id, resumed=resume, fleet=fleet, order=ordered, hosts=hosts, confirm=confirm,
                       breaker=breaker, window=window, ledger_dir=backend.path(run_id),
-                      msg='%s run %s: %d node(s), %d to go, %d done to confirm, window %d; %d quarantine(s) of earlier runs count '
-                          'for the circuit breaker' % ('resumed' if resume else 'started', run_id, len(all_nodes), len(hosts) - len(confirm),
-                                                       len(confirm), window, len(breaker['quarantines'])))
+                      caught=caught, mode=args['mode'],
+                      msg='%s %s-mode run %s: %d node(s), %d to go, %d done to confirm, %s; %d quarantine(s) of earlier runs count '
+                          'for the circuit breaker' % ('resumed' if resume else 'started', args['mode'], run_id, len(all_nodes),
+                                                       len(hosts) - len(confirm), len(confirm),
+                                                       'window %d' % window if args['mode'] == 'window' else 'in batches (serial)',
+                                                       len(breaker['quarantines'])))
         result['ansible_facts'] = {'gpufleet_rollout': {
             'run_id': run_id, 'run_dir': backend.run_dir, 'fleet': fleet, 'ledger': ledger_spec, 'order': ordered, 'hosts': hosts,
             'resumed': resume, 'window': window, 'results_dir': args['results_dir'] or os.path.join(backend.path(run_id), 'results'),
-            'policy': policy.to_dict(), 'confirm': confirm, 'breaker': breaker, 'pin': state.get('pin') or {}}}
+            'policy': policy.to_dict(), 'confirm': confirm, 'breaker': breaker, 'pin': state.get('pin') or {}, 'mode': args['mode'],
+            'caught': caught}}
 
     def _confirm(self, args, task_vars, result):
         """A resumed run's done node after its quick check (I(validation), I(unreachable)): confirmed done, or back to pending."""
         node = task_vars.get('inventory_hostname')
         ledger = self._ledger(args['ledger'])
-        with ledger.locked() as state:
-            if node not in state['nodes']:
+        with ledger.locked(full=False) as state:
+            record = ledger.node(node)
+            if record is None:
                 raise GateError('%s is not a node of run %s' % (node, ledger.run_id))
-            current = state['nodes'][node]['state']
+            current = record['state']
             if current != 'done':
                 result.update(changed=False, state=current, confirmed=False, msg='%s: %s, nothing to confirm' % (node, current))
                 return
-            to, reason = _rollout.confirm_decision(args['validation'], args['unreachable'])
+            to, reason = _rollout.confirm_decision(args['validation'], args['unreachable'], pin=state.get('pin'))
             details = {'confirmed_at': _ledger.iso(_ledger.utcnow())} if to == 'done' else {'recheck': True}
             ledger.transition(node, to, reason, details=details, gate=True)
         result.update(changed=True, state=to, confirmed=to == 'done', reason=reason, msg='%s: %s' % (node, reason))
@@ -376,7 +423,8 @@ class ActionModule(ActionBase):
             if os.getppid() != parent:
                 # ansible-playbook is gone (killed): an orphaned worker must not admit anyone.
                 raise GateError('ansible-playbook (pid %d) is gone; %s stays pending' % (parent, node))
-            state = ledger.refresh()
+            ledger.catch_up()
+            state = ledger.head      # run-level fields only: a poll never reads every node's record
             policy = _policy.load_policy(state['policy'])
             if policy.domain_var and not domains:
                 domains = {name: self._hostvar(task_vars, name, policy.domain_var) for name in hostvars}
@@ -390,26 +438,33 @@ class ActionModule(ActionBase):
                 waited = round(time.time() - started, 1)
                 break
             scheduler = scheduler.view(domains)
+            scheduler_out = set(scheduler.unavailable)
             now = _ledger.utcnow()
             pause_set = None
-            with ledger.locked() as state:
-                rollout = _rollout.rollout_view(state, _rollout.node_results(results_dir, state['nodes']), args['breaker'])
+            with ledger.locked(full=False) as state:
+                # The gate's compact view: the nodes in flight, failed or early, this node and the unavailable ones.
+                rollout = _rollout.rollout_view(ledger.gate_view(node, extra=scheduler_out), self._breaker(state, args))
                 decision = _gate.admit(policy, rollout, scheduler, node, now)
                 if decision.action == _gate.ADMIT and decision.rule != 'resume':
                     waiting = self._waiting(backend, ledger.run_id, node, True, ttl)
                     arrived = self._arrived(backend, ledger.run_id, node)
                     # Hosts host_pinned is starting right now (a free worker, never at the gate yet) keep their place in the
-                    # plan for a moment: the first worker to poll is chance, not the plan.
+                    # plan for a moment: the first worker to poll is chance, not the plan. Only nodes before this one in the
+                    # plan can hold it back, and host_pinned starts at most forks of them.
+                    forks = int(task_vars.get('ansible_forks') or 5)
                     expected = set()
-                    busy = len(waiting) + sum(1 for record in state['nodes'].values() if record['state'] in _ledger.IN_FLIGHT)
-                    if time.time() - started < ARRIVAL_GRACE_POLLS * poll + 3 and busy < int(task_vars.get('ansible_forks') or 5):
-                        expected = {name for name in args['order'] if name not in arrived}
-                    ahead = _rollout.first_in_line(policy, rollout, scheduler, node, args['order'], (waiting | expected) - {node}, now)
+                    busy = len(waiting) + sum(state['counts'].get(name, 0) for name in _ledger.IN_FLIGHT)
+                    if time.time() - started < ARRIVAL_GRACE_POLLS * poll + 3 and busy < forks:
+                        expected = set(_rollout.before(args['order'], node, arrived, forks))
+                    candidates = (waiting | expected) - {node}
+                    if candidates:
+                        rollout = _rollout.rollout_view(ledger.gate_view(node, extra=set(scheduler_out) | candidates), self._breaker(state, args))
+                    ahead = _rollout.first_in_line(policy, rollout, scheduler, node, args['order'], candidates, now)
                     if ahead:
                         decision = _gate.Decision(_gate.WAIT, 'order', '%s is ahead of %s in the plan and may go now' % (ahead, node))
                 if decision.action == _gate.ADMIT:
                     details = {'canary': True} if decision.canary else None
-                    caught = state['nodes'][node]['state'] if decision.rule == 'resume' else ''
+                    caught = ledger.node(node)['state'] if decision.rule == 'resume' else ''
                     ledger.transition(node, 'admitted', decision.reason, details=details, resume=decision.rule == 'resume')
                     self._waiting(backend, ledger.run_id, node, False, ttl)
                 elif decision.action in (_gate.SKIP, _gate.PAUSE):
@@ -443,33 +498,60 @@ class ActionModule(ActionBase):
         then a retry (gpufleet_retries) of a node the procedure put back as it was, and the escalation of a quarantine."""
         node = task_vars.get('inventory_hostname')
         ledger = self._ledger(args['ledger'])
-        policy = _policy.load_policy(ledger.state['policy'])
+        policy = _policy.load_policy(ledger.head['policy'])
         target = (args['result'] or {}).get('state')
         recorded = []
         retry = False
-        with ledger.locked() as state:
-            if node not in state['nodes']:
+        with ledger.locked(full=False):
+            record = ledger.node(node)      # this node's record only, not the run's every node
+            if record is None:
                 raise GateError('%s is not a node of run %s' % (node, ledger.run_id))
-            current = state['nodes'][node]['state']
+            current = record['state']
             if current not in _gate.FINAL:
-                if target not in _gate.FINAL:
-                    target = 'quarantined'
-                    reason = 'no result from node_upgrade; the node may be cordoned'
-                else:
-                    reason = (args['result'] or {}).get('reason') or ''
+                # The safety net when node_upgrade could not record its final event (the ledger did not take it): the same
+                # rule and the same details as upgrade_phase, written once.
+                target, reason = _phase.final_state(target, (args['result'] or {}).get('reason') if target else None)
+                given = args['result'] or {}
+                details = _phase.final_details(given, node, given.get('facts_before'), given.get('facts_after'))
                 for step in _rollout.walk(current, target):
-                    ledger.transition(node, step, reason if step == target else 'recorded by the gate after node_upgrade')
+                    ledger.transition(node, step, reason if step == target else 'recorded by the gate after node_upgrade',
+                                      details=details if step == target else None)
                     recorded.append(step)
-            final = state['nodes'][node]['state']
-            retry, why = _rollout.retry_decision(policy, state['nodes'][node])
+            record = ledger.node(node)
+            final = record['state']
+            retry, why = _rollout.retry_decision(policy, record)
             if retry:
-                ledger.transition(node, _gate.PENDING, why, details={'retries': int(state['nodes'][node].get('retries') or 0) + 1}, gate=True)
+                ledger.transition(node, _gate.PENDING, why, details={'retries': int(record.get('retries') or 0) + 1}, gate=True)
                 recorded.append(_gate.PENDING)
-            payload = _rollout.quarantine_payload(ledger.run_id, node, state) if final == 'quarantined' else None
+            payload = _rollout.quarantine_payload(ledger.run_id, node, dict(ledger.head, nodes={node: record})) if final == 'quarantined' else None
         if payload is not None:
             self._escalate(policy.escalation, payload, result)
         result.update(changed=bool(recorded), recorded=recorded, state=final, retry=retry,
                       msg='%s: %s%s' % (node, final, ('; %s' % why) if retry else ''))
+
+    def _summary(self, args, task_vars, result):
+        """Batch mode, the end of a batch: the run's summary from the ledger (the one summary builder, as at the finish) and
+        the run's pause when a rule holds - the gate's own run-level rules (failure budget over the run, pin-fault detector,
+        circuit breaker, operator) or this batch's failures over I(max_fail_percentage) of the batch (Ansible stops the
+        rollout then). I(batch): the hosts of this batch."""
+        spec = args['ledger']
+        ledger = self._ledger(spec)
+        policy = _policy.load_policy(ledger.head['policy'])
+        pause_set = None
+        with ledger.locked() as state:
+            rollout = _rollout.rollout_view(_ledger.node_view(state), self._breaker(state, args))
+            decision = _gate.pause_decision(policy, rollout, _ledger.utcnow()) or \
+                _rollout.batch_stop(state, args['batch'], args['max_fail_percentage'])
+            if decision is not None and state['status'] != 'paused':
+                ledger.set_status('paused', decision.reason, details={'rule': decision.rule, 'by': 'gate'})
+                pause_set = decision
+            report = _rollout.summary(state)
+        if pause_set is not None:
+            self._escalate(policy.escalation, _rollout.escalation_payload(ledger.run_id, pause_set.to_dict(), ledger.head), result)
+        report.update(ledger_file=ledger.backend.location(ledger.run_id, _ledger.LEDGER), state_file=ledger.backend.location(ledger.run_id, _ledger.STATE),
+                      results_dir=self._results_dir(args, spec))
+        report['summary'] = dict(report)
+        result.update(report, changed=pause_set is not None, paused=report['status'] == 'paused', msg=report['message'])
 
     def _finish(self, args, task_vars, result):
         spec = args['ledger']
@@ -478,7 +560,7 @@ class ActionModule(ActionBase):
         results_dir = self._results_dir(args, spec)
         pause_set = None
         with ledger.locked() as state:
-            rollout = _rollout.rollout_view(state, _rollout.node_results(results_dir, state['nodes']), args['breaker'])
+            rollout = _rollout.rollout_view(_ledger.node_view(state), self._breaker(state, args))
             decision = _gate.pause_decision(policy, rollout, _ledger.utcnow())
             if decision is not None and state['status'] != 'paused':
                 ledger.set_status('paused', decision.reason, details={'rule': decision.rule, 'by': 'gate'})
@@ -566,16 +648,24 @@ class ActionModule(ActionBase):
                         raise GateError('%s is %s, not quarantined: only a quarantined node is released' % (node, state['nodes'][node]['state']))
                     ledger.transition(node, 'validating', 'release: re-validating: %s' % reason, operator=True)
                 elif verb == 'released':
-                    to = 'done' if args['passed'] else 'quarantined'
-                    ledger.transition(node, to, 'released: validation passed' if args['passed'] else 'release refused: the validation failed')
+                    to, why = _rollout.release_decision(state.get('pin'), args['validation'], args['passed'])
+                    ledger.transition(node, to, why)
                 done.append(node)
             report = _rollout.summary(state)
-        result.update(report, changed=True, verb=verb, nodes=done, msg='%s %s: %s' % (verb, ', '.join(done) or 'run ' + run_id, report['message']))
+        result.update(report, changed=True, verb=verb, nodes=done, pin=state.get('pin') or {},
+                      msg='%s %s: %s' % (verb, ', '.join(done) or 'run ' + run_id, report['message']))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
+        if self._task.args.get('step') in ('check', 'start'):
+            # The rollout's inputs where they enter, before the arguments (which name the argument, not the variable).
+            try:
+                _rollout.check_inputs({name: self._var(task_vars, name) for name in INPUT_VARIABLES if name in task_vars})
+            except _rollout.InputError as exc:
+                result.update(failed=True, msg=to_native(exc))
+                return result
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         del dummy
         host = task_vars.get('inventory_hostname', '?')
@@ -587,6 +677,8 @@ class ActionModule(ActionBase):
             getattr(self, '_' + step)(args, task_vars, result)
         except _policy.PolicyError as exc:
             result.update(failed=True, msg='%s: policy: %s' % (host, to_native(exc)))
+        except _rollout.InputError as exc:
+            result.update(failed=True, msg=to_native(exc))
         except _ledger.LockHeld as exc:
             result.update(failed=True, msg='%s: a second rollout is refused: %s' % (host, to_native(exc)), holder=exc.holder)
         except (GateError, _ledger.LedgerError, _rollout.RolloutError, _slurm.SlurmParseError, OSError) as exc:

@@ -72,6 +72,7 @@ class ActionModule(ActionBase):
             return dict(result, failed=True, msg='%s: upgrade_phase takes a phase or a result, exactly one' % node)
         now = time.time()
         facts = {}
+        details = None
         try:
             if args['phase']:
                 target = _phase.target_of(args['phase'])
@@ -85,9 +86,12 @@ class ActionModule(ActionBase):
                 unknown = sorted(set(given) - set(RESULT_KEYS))
                 if unknown:
                     raise _phase.PhaseError('result: unknown keys %s (known: %s)' % (', '.join(unknown), ', '.join(RESULT_KEYS)))
+                # The one rule for a procedure that ended without a state (its recovery failed): quarantined, with why.
+                given['state'], given['reason'] = _phase.final_state(given.get('state'), given.get('reason'))
                 document = _upgrade.result(end=now, **given)
                 facts['node_upgrade_result'] = document
                 target = document['state']
+                details = _phase.final_details(document, node, given.get('facts_before'), given.get('facts_after'))
                 if args['results_dir']:
                     result['results_file'] = _write_result(args['results_dir'], node, dict(document, node=node))
         except (_phase.PhaseError, ValueError, TypeError, OSError) as exc:
@@ -97,7 +101,8 @@ class ActionModule(ActionBase):
             reason = args['reason'] or (facts.get('node_upgrade_result') or {}).get('reason') or ''
             try:
                 ledger = _phase.open_ledger(args['ledger'])
-                result['ledger'] = _phase.record(ledger, node, target, reason)
+                # The node's final event carries its result (signature, versions, phase times): the gate reads nothing else.
+                result['ledger'] = _phase.record(ledger, node, target, reason, details=details)
             except (_phase.PhaseError, _ledger.LedgerError, OSError, ValueError) as exc:
                 # The node's own result stands; the ledger keeps its last state, which a resume re-checks.
                 result.setdefault('warnings', []).append('%s: the ledger did not take %s: %s' % (node, target, to_native(exc)))

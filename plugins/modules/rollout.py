@@ -10,13 +10,16 @@ module: rollout
 short_description: The rollout gate - start a run, admit each node under the policy, record it, finish, plan, operator verbs
 version_added: 0.3.0
 description:
-  - The controller side of window mode (C(gpufleet_window)) of the C(rolling_restart), C(converge) and C(rollback) playbooks,
-    and of C(plan.yml) and C(rollout_control.yml). Every decision is pure Python in the collection's C(plugin_utils)
+  - The controller side of the C(rolling_restart), C(converge) and C(rollback) playbooks (the start, the summary and the
+    finish of a run in both modes; the gate of window mode, C(gpufleet_window)), and of C(plan.yml) and C(rollout_control.yml). Every decision is pure Python in the collection's C(plugin_utils)
     (C(_policy), C(_gate), C(_ledger), C(_planner), C(_rollout)); docs/rollout-policy.md describes the rules.
-  - "I(step=check) - validates the policy variables (and each node's I(gpufleet_domain_var)) only."
+  - "I(step=check) - validates the rollout's inputs (C(gpufleet_scheduler), C(gpufleet_reboot_method), C(gpufleet_ledger_backend)
+    and its settings; a bad value fails with a message that starts with the variable's name), the policy variables and each
+    node's I(gpufleet_domain_var); nothing else. I(step=start) checks the same inputs first."
   - "I(step=start) (on localhost): validates the C(gpufleet_*) policy variables (a bad value fails naming the variable,
     before any node is touched), takes the fleet lock (a second rollout is refused naming the run that holds it), creates
-    C(<run_dir>/<run_id>/ledger.jsonl) and C(state.json) with every node C(pending), or resumes the run I(run_id) or, when
+    C(<run_dir>/<run_id>/ledger.jsonl) and C(state.json) with every node C(pending) (the first event records the pin, the
+    previous pin, the policy, the mode, the order and the circuit breaker's memory), or resumes the run I(run_id) or, when
     I(run_id) is empty, the last unfinished run of this inventory; returns the fact C(gpufleet_rollout) with the nodes still
     to go in the plan's order (idle nodes first, domains interleaved, checkpoint-aware), a resumed run's C(done) nodes to
     confirm first (C(confirm), with the GPU count each showed when it passed) and what the circuit breaker remembers of the
@@ -32,6 +35,10 @@ description:
     crash is admitted again (resume). A pause (operator, circuit breaker, pin suspect, failed canary, failure budget) ends the
     wait with I(verdict=pause) and marks the run paused (once, calling C(gpufleet_escalation)). The circuit breaker also counts
     the earlier runs' quarantines in I(breaker)."
+  - "I(step=summary) (batch mode, the end of each batch, once): the run's summary from the ledger (the builder I(step=finish)
+    uses); pauses the run (once, calling C(gpufleet_escalation)) when a run-level rule of the gate holds (operator, circuit
+    breaker, pin suspect, failed canary, failure budget over the run) or the batch's failures exceed I(max_fail_percentage)
+    of I(batch); returns C(paused) (the playbooks then start no further batch)."
   - "I(step=settle) (per node, after the role): makes sure the ledger holds the node's final state from I(result)
     (C(node_upgrade_result)); a no-op when the role recorded it. A C(deferred) node (put back as it was: drain timeout,
     disruption budget, a converge that failed before changing the node) goes back to C(pending) for another attempt while it
@@ -70,7 +77,25 @@ options:
     description: What to do (see the description).
     type: str
     required: true
-    choices: [check, start, confirm, admit, settle, finish, plan, control]
+    choices: [check, start, confirm, admit, settle, summary, finish, plan, control]
+  mode:
+    description:
+      - I(step=start) - C(window) (the gate admits every node) or C(batch) (Ansible's C(serial) takes the nodes, in the
+        inventory's order). Both start the same run in the ledger (the mode is recorded; a resume in the other mode is
+        refused). A batch-mode resume puts a node a crash caught in flight back to C(admitted) (returned in C(caught)).
+    type: str
+    default: window
+    choices: [window, batch]
+  batch:
+    description: I(step=summary) - the hosts of the batch that just ended (C(ansible_play_batch)).
+    type: list
+    elements: str
+    default: []
+  max_fail_percentage:
+    description:
+      - I(step=summary) - the share (percent) of the batch's nodes that may fail (C(gpufleet_max_fail_percentage)); more pause
+        the run (rule C(budget)), as Ansible's C(max_fail_percentage) of a batch stops it. Unset - no per-batch stop.
+    type: float
   nodes:
     description:
       - I(step=start), I(step=plan) - the inventory hostnames of the rollout (also the node names in the scheduler).
@@ -94,9 +119,16 @@ options:
     type: str
     default: ''
   pin:
-    description: The pin of the run, recorded in C(state.json).
+    description:
+      - The pin of the run (from C(gpufleet.lifecycle.read_pin)), recorded in the ledger at the start; every node converges
+        to the recorded pin. On a resume, a different pin is refused before anything is written (message starting with
+        I(pin_source)); empty - the recorded pin is used.
     type: dict
     default: {}
+  pin_source:
+    description: I(step=start) - the variable the pin came from, named in the refusal of a resume with another pin.
+    type: str
+    default: gpufleet_pin_file
   policy:
     description: The C(gpufleet_*) policy variables as a mapping; default - the task's variables of those names.
     type: dict
@@ -145,11 +177,12 @@ options:
     description:
       - I(step=control) - C(pause), C(resume) (the run), C(reset_breaker) (the circuit breaker), C(skip) (a pending node is
         left alone), C(retry) (a final node goes back to pending), C(release) (a quarantined node goes to validating) and
-        C(released) (after the validation, with I(passed) - done, or quarantined again).
+        C(released) (after the validation, with I(validation) and I(passed) - done only when it passed on the run's
+        recorded pin, else quarantined again with the reason).
     type: str
     choices: [pause, resume, skip, retry, release, released, reset_breaker]
   passed:
-    description: I(verb=released) - whether the node passed its validation.
+    description: I(verb=released) - whether the node is back in service after its validation (the scheduler's answer).
     type: bool
     default: false
   reason:
@@ -170,7 +203,9 @@ options:
     type: dict
     default: {}
   validation:
-    description: I(step=confirm) - the quick check's C(node_validate_result); empty - no result, the node is not confirmed.
+    description:
+      - I(step=confirm) - the quick check's C(node_validate_result); empty - no result, the node is not confirmed.
+      - I(verb=released) - the release's C(node_validate_result) (against the run's recorded pin).
     type: dict
     default: {}
   unreachable:
@@ -269,8 +304,9 @@ caught:
   description:
     - I(step=admit) - the ledger state a crash caught the node in when it is admitted again to finish (rule C(resume)),
       C("") otherwise; the playbooks pass it to C(node_upgrade) as C(node_upgrade_resumed_from).
-  type: str
-  returned: step=admit and the node is admitted
+    - I(step=start), batch mode - a mapping node -> that state for every node a crash caught in flight (put back to C(admitted)).
+  type: raw
+  returned: step=admit and the node is admitted, or step=start
 rule:
   description: I(step=admit) - the rule that decided (canary, admit, resume, final, operator, budget, pin_suspect, window, ...).
   type: str
@@ -280,23 +316,32 @@ reason:
   type: str
   returned: step=admit or step=confirm
 status:
-  description: I(step=finish), I(step=control) - the run's status (running, paused, finished).
+  description: I(step=finish), I(step=summary), I(step=control) - the run's status (running, paused, finished).
   type: str
-  returned: step=finish or step=control
+  returned: step=finish or step=summary or step=control
 counts:
-  description: I(step=finish), I(step=control) - nodes per state.
+  description: I(step=finish), I(step=summary), I(step=control) - nodes per state.
   type: dict
-  returned: step=finish or step=control
+  returned: step=finish or step=summary or step=control
 nodes:
-  description: I(step=finish), I(step=control) - each node's C(state) and C(reason) (the ledger's).
+  description: I(step=finish), I(step=summary), I(step=control) - each node's C(state) and C(reason) (the ledger's).
   type: dict
-  returned: step=finish or step=control
+  returned: step=finish or step=summary or step=control
 summary:
   description:
-    - I(step=finish) - the run's summary the rollout playbooks hand AWX with C(set_stats) as C(gpufleet_rollout_summary), with
-      C(run_id), C(status), C(counts), C(nodes), C(left), C(pause), C(message), C(ledger_file), C(state_file), C(results_dir).
+    - I(step=finish), I(step=summary) - the run's summary the rollout playbooks hand AWX with C(set_stats) as
+      C(gpufleet_rollout_summary), with C(run_id), C(status), C(counts), C(nodes), C(left), C(pause), C(message), C(ledger_file),
+      C(state_file), C(results_dir).
   type: dict
-  returned: step=finish
+  returned: step=finish or step=summary
+paused:
+  description: I(step=summary) - whether the run is paused (the playbooks start no further batch).
+  type: bool
+  returned: step=summary
+mode:
+  description: I(step=start) - C(window) or C(batch).
+  type: str
+  returned: step=start
 ledger_file:
   description: I(step=finish) - the path of C(ledger.jsonl).
   type: str

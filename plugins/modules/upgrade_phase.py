@@ -51,6 +51,10 @@ options:
       - The node's outcome - C(state) (C(done), C(rolled_back), C(quarantined), C(deferred), C(left_alone)), C(phase), C(reason),
         C(marks), C(facts_before), C(facts_after), C(validation), C(rollback_validation), C(pin), C(rollback_pin), C(rma),
         C(scheduler), C(drain), C(reboot). Exactly one of I(phase) and I(result).
+      - An empty C(state) with a C(reason) (the procedure's recovery failed with that error) ends C(quarantined).
+      - With a ledger, the node's final event carries what the rollout gate and the report need - C(signature) (how it
+        failed), C(rma_suspect), C(phase), C(versions_before), C(versions_after), C(phase_times), C(gpu_count); the results
+        file is an export, never read back by the gate. A node already final is not written again.
     type: dict
   results_dir:
     description: Controller folder to write the result to (created when missing); empty - not written.

@@ -57,12 +57,19 @@ class Node:
 
 @dataclasses.dataclass(frozen=True)
 class Rollout:
-    """The rollout's nodes (inventory_hostname -> :class:`Node`) and its run-level flags."""
+    """The rollout's nodes (inventory_hostname -> :class:`Node`) and its run-level flags.
+
+    ``nodes`` may be a compact view (``total`` then gives the rollout's node count): every node in flight, every failed
+    node (``rolled_back``, ``quarantined``), the earliest ``max(canary, pin_fault_early_nodes)`` nodes to finish (``done``
+    by ``finished or 0``; ``done`` or failed by ``finished``), the node asked about and the rollout's nodes the scheduler
+    lists as unavailable.  Every rule then decides as on the full view (``_ledger.RunLedger.gate_view`` builds it).
+    """
 
     nodes: dict
     paused: str | None = None          # an operator's pause, with its reason
     breaker_reset: float | None = None  # epoch seconds of the last operator reset of the circuit breaker
     quarantines: tuple = ()            # epoch seconds of quarantines by gpufleet outside this rollout (earlier runs)
+    total: int | None = None           # the rollout's node count (None: len(nodes), a full view)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +125,11 @@ def failure_signature(result, node=None):
     if failed:
         return ('validate', failed)
     return (str(result.get('phase') or 'unknown'), normalize_message(result.get('reason'), node))
+
+
+def node_count(rollout):
+    """The rollout's node count: ``total`` of a compact view, else the nodes it holds."""
+    return len(rollout.nodes) if rollout.total is None else rollout.total
 
 
 def in_flight(rollout):
@@ -225,9 +237,9 @@ def pause_decision(policy, rollout, now):
     if failed_canaries:
         return Decision(PAUSE, 'canary_failed', 'canary %s ended %s; the window does not open'
                         % (', '.join(failed_canaries), ', '.join(rollout.nodes[name].state for name in failed_canaries)))
-    if policy.max_fail_percentage is not None and rollout.nodes:
+    total = node_count(rollout)
+    if policy.max_fail_percentage is not None and total:
         failed = sum(1 for node in rollout.nodes.values() if node.state in FAILED)
-        total = len(rollout.nodes)
         if failed * 100.0 > policy.max_fail_percentage * total:
             return Decision(PAUSE, 'budget', 'failure budget exceeded: %d of %d node(s) failed (%s%%), '
                             'gpufleet_max_fail_percentage is %s; in-flight nodes finish, no new admissions'
@@ -291,7 +303,7 @@ def admit(policy, rollout, scheduler, node, now):
         return waiting
 
     flying = in_flight(rollout)
-    size = policy.window_size(len(rollout.nodes))
+    size = policy.window_size(node_count(rollout))
     if len(flying) >= size:
         return Decision(WAIT, 'window', 'window full: %d of %d in flight' % (len(flying), size))
 

@@ -12,10 +12,21 @@ Controller-side, no Ansible import.  One ledger per rollout, in ``<gpufleet_run_
     ``to`` ``running``) carries ``run``: inventory, policy, pin and the nodes with their domain and GPUs.
 ``state.json``
     ``{"run_id", "status", "policy", "pin", "nodes": {"<inventory_hostname>": {"state", "reason", ...}}, ...}``,
-    the fold of the ledger, written atomically (temporary file, fsync, rename, fsync of the folder) after
-    every event.  It records how many bytes of the ledger it reflects (``ledger_bytes``): a reader replays the
-    events after that offset, and rebuilds everything from ``ledger.jsonl`` when ``state.json`` is missing or
-    torn.  A torn last line of the ledger (a crash mid-write) is ignored and cut before the next append.
+    the fold of the ledger, written atomically (temporary file, fsync, rename, fsync of the folder) when the run is
+    created and at every run event (running, paused, finished, breaker_reset): after a run's finish or pause it is the
+    full state.  Mid-run it lags the ledger: it records how many bytes of the ledger it reflects (``ledger_bytes``), a
+    reader replays the events after that offset, and rebuilds everything from ``ledger.jsonl`` when ``state.json`` is
+    missing or torn.  A torn last line of the ledger (a crash mid-write) is ignored and cut before the next append.
+``head.json``, ``nodes-NNNN.json``, ``order.json`` (documents of the run, :meth:`Backend.write_doc`)
+    what makes an event and a decision cost the same at 100 and at 10,000 nodes.  ``head.json``: the run-level fields,
+    per-state counts, the node count, the gate's indexes (nodes in flight, failed, the earliest to finish) with their
+    records, the records of the nodes changed since the shards were written, and the ``ledger_bytes`` it reflects; it
+    is rewritten every :data:`HEAD_EVERY` events and at every run event.  ``nodes-NNNN.json``: the node records by shard
+    (``crc32(name) % shards``, about :data:`SHARD_NODES` nodes each), rewritten (only those changed) every
+    :data:`SHARD_EVERY` events, before the head.  ``order.json``: the run's planned order.  A reader takes the head,
+    replays the events after its ``ledger_bytes`` and reads a node's shard when it needs that node; applying an event
+    twice gives the same record, so a shard newer than the head (a crash between the two writes) is still right, and a
+    missing or torn document falls back to ``state.json`` and the events, or a rebuild from the events alone.
 
 Node states: ``pending`` (never admitted), in flight ``admitted``, ``cordoned``, ``drained``, ``converging``,
 ``rebooting``, ``validating``, ``rolling_back``; final ``done``, ``rolled_back``, ``quarantined``, ``deferred``,
@@ -32,8 +43,8 @@ Locks (``fcntl``):
   host and whose process is gone (pid not alive, or alive with another start time) is stale and taken over;
   a holder on another host is never taken over (it may be alive: release it by hand, see the docs).
 * the run lock ``<run_dir>/<run_id>/.lock`` serialises writers of one ledger: Ansible's forked workers on the
-  same controller each re-read what the others appended, check the transition, append and rewrite
-  ``state.json`` under it.  :meth:`RunLedger.locked` lets a caller decide (the gate) and record in one step.
+  same controller each re-read what the others appended, check the transition, append (and compact the head and
+  the shards when due) under it.  :meth:`RunLedger.locked` lets a caller decide (the gate) and record in one step.
 
 Storage sits behind :class:`Backend`: :class:`FileBackend` (a path on shared storage works with it) and
 ``_ledger_kube.KubernetesBackend`` (ConfigMaps holding the same ``state.json`` and events, a Lease as the fleet lock,
@@ -44,6 +55,7 @@ for AWX's throw-away execution environments).  :func:`ledger_spec` reads the ``g
 from __future__ import annotations
 
 import abc
+import bisect
 import contextlib
 import datetime
 import fcntl
@@ -52,6 +64,7 @@ import os
 import re
 import secrets
 import socket
+import zlib
 
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 
@@ -90,6 +103,21 @@ GATE_TRANSITIONS = {
 LEDGER = 'ledger.jsonl'
 STATE = 'state.json'
 RUN_LOCK = '.lock'
+HEAD_DOC = 'head'
+ORDER_DOC = 'order'
+SHARD_DOC = 'nodes-%04d'
+HEAD_FORMAT = 1
+# Nodes per shard, events between two writes of the head and of the changed shards, and at most this many changed
+# nodes carried by the head before the shards are written.
+SHARD_NODES = 64
+HEAD_EVERY = 16
+SHARD_EVERY = 512
+RECENT_MAX = 256
+# Run-level fields: what :attr:`RunLedger.head` gives (with ``counts`` and ``total``).
+HEAD_FIELDS = ('run_id', 'status', 'inventory', 'policy', 'pin', 'previous_pin', 'mode', 'started', 'updated', 'pause',
+               'breaker_reset', 'breaker_history', 'ledger_bytes', 'events')
+DOC_NAME = re.compile(r'^[a-z0-9][a-z0-9_.-]{0,59}$')
+RESERVED_DOCS = ('state', 'ledger')
 RUN_ID = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$')
 FLEET = RUN_ID
 
@@ -161,7 +189,8 @@ def _tuples(value):
 
 def empty_state(run_id):
     return {'run_id': run_id, 'status': None, 'inventory': None, 'policy': {}, 'pin': {}, 'started': None,
-            'updated': None, 'pause': None, 'breaker_reset': None, 'nodes': {}, 'ledger_bytes': 0, 'events': 0}
+            'updated': None, 'pause': None, 'breaker_reset': None, 'nodes': {}, 'ledger_bytes': 0, 'events': 0,
+            'mode': None, 'previous_pin': {}, 'order': [], 'breaker_history': None}
 
 
 def _new_node(info):
@@ -184,9 +213,15 @@ def apply_event(state, event):
             state['inventory'] = run.get('inventory')
             state['policy'] = run.get('policy') or {}
             state['pin'] = run.get('pin') or {}
+            state['mode'] = run.get('mode')
+            state['previous_pin'] = run.get('previous_pin') or {}
+            state['order'] = list(run.get('order') or [])
+            state['breaker_history'] = run.get('breaker_history')
             state['started'] = time
             for name, info in (run.get('nodes') or {}).items():
                 state['nodes'][name] = _new_node(info)
+        if 'breaker_history' in (event.get('details') or {}):
+            state['breaker_history'] = event['details']['breaker_history']
         if to == 'breaker_reset':
             state['breaker_reset'] = time
         else:
@@ -230,18 +265,154 @@ def parse_events(data, path, start_line=1):
     return events, end
 
 
-def node_view(state):
-    """The gate's :class:`~._gate.Rollout` from a ledger state."""
-    nodes = {}
-    for name, record in state['nodes'].items():
-        signature = record.get('signature')
-        nodes[name] = _gate.Node(state=record['state'], domain=record.get('domain'), gpus=int(record.get('gpus') or 0),
-                                 canary=bool(record.get('canary')), finished=epoch(record.get('finished_at')),
-                                 signature=_tuples(signature) if signature else None,
-                                 rma_suspect=bool(record.get('rma_suspect')))
+def gate_node(record):
+    """The gate's :class:`~._gate.Node` of one node record."""
+    signature = record.get('signature')
+    return _gate.Node(state=record['state'], domain=record.get('domain'), gpus=int(record.get('gpus') or 0),
+                      canary=bool(record.get('canary')), finished=epoch(record.get('finished_at')),
+                      signature=_tuples(signature) if signature else None, rma_suspect=bool(record.get('rma_suspect')))
+
+
+def _rollout(state, nodes, total):
     pause = state.get('pause') or {}
     return _gate.Rollout(nodes=nodes, paused=pause.get('reason') if pause.get('by') == 'operator' else None,
-                         breaker_reset=epoch(state.get('breaker_reset')))
+                         breaker_reset=epoch(state.get('breaker_reset')), total=total)
+
+
+def node_view(state):
+    """The gate's :class:`~._gate.Rollout` from a ledger state (every node: the full view)."""
+    return _rollout(state, {name: gate_node(record) for name, record in state['nodes'].items()}, len(state['nodes']))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The gate's indexes: kept up to date event by event, so that a decision reads O(window + failures) records.
+
+def early_size(policy):
+    """How many of the earliest finished nodes the gate may look at: max(canary, pin_fault_early_nodes) of ``policy``."""
+    sizes = [1, 10]
+    for position, name in enumerate(('gpufleet_canary', 'gpufleet_pin_fault_early_nodes')):
+        try:
+            sizes[position] = int(str((policy or {}).get(name, sizes[position])))
+        except ValueError:
+            pass
+    return max(1, *sizes)
+
+
+def index_keys(record):
+    """(state, key among the earliest finished (done or failed), key among the earliest done) of a record; None: not a member."""
+    state = record.get('state')
+    finished = epoch(record.get('finished_at'))
+    early = finished if state in ('done',) + _gate.FAILED and finished is not None else None
+    done = (finished or 0.0) if state == 'done' else None
+    return state, early, done
+
+
+class Index:
+    """Per-state counts, node count, nodes in flight, failed nodes and the ``size`` earliest to finish.
+
+    ``early``: ``(finished, name)`` of done or failed nodes (the pin-fault detector's first nodes); ``early_done``:
+    ``(finished or 0, name)`` of done nodes (the canary phase).  Each holds every member while shorter than ``size``;
+    when a member of a full one leaves (a retry, a resume that sends a done node back), ``stale`` asks for a rescan.
+    """
+
+    def __init__(self, size):
+        self.size = size
+        self.counts = {}
+        self.total = 0
+        self.flying = set()
+        self.failed = set()
+        self.early = []
+        self.early_done = []
+        self.stale = False
+
+    @classmethod
+    def of_nodes(cls, nodes, size):
+        index = cls(size)
+        for name, record in nodes.items():
+            index.move(name, None, index_keys(record))
+        index.stale = False
+        return index
+
+    @classmethod
+    def from_doc(cls, doc):
+        index = cls(int(doc['size']))
+        index.counts = {str(state): int(count) for state, count in doc['counts'].items()}
+        index.total = int(doc['total'])
+        index.flying, index.failed = set(doc['flying']), set(doc['failed'])
+        index.early = [(float(key), str(name)) for key, name in doc['early']]
+        index.early_done = [(float(key), str(name)) for key, name in doc['early_done']]
+        index.stale = bool(doc.get('stale'))
+        return index
+
+    def to_doc(self):
+        return {'size': self.size, 'counts': dict(self.counts), 'total': self.total, 'flying': sorted(self.flying),
+                'failed': sorted(self.failed), 'early': [list(item) for item in self.early],
+                'early_done': [list(item) for item in self.early_done], 'stale': self.stale}
+
+    def names(self):
+        """The nodes the gate needs besides the one it decides for."""
+        return self.flying | self.failed | {name for _key, name in self.early} | {name for _key, name in self.early_done}
+
+    def move(self, name, before, after):
+        """Account for ``name`` going from state ``before`` (None: a new node) to ``after`` (:func:`index_keys`).
+
+        Only the state before is needed (an event's ``from``): a record read from a shard newer than the index still
+        gives the right indexes once the events after the index are applied to it.
+        """
+        if before is None:
+            self.total += 1
+        else:
+            self.counts[before] = self.counts.get(before, 0) - 1
+            if self.counts[before] <= 0:
+                del self.counts[before]
+        self.counts[after[0]] = self.counts.get(after[0], 0) + 1
+        self.flying.discard(name)
+        self.failed.discard(name)
+        if after[0] in _gate.IN_FLIGHT:
+            self.flying.add(name)
+        elif after[0] in _gate.FAILED:
+            self.failed.add(name)
+        self._rank(self.early, name, after[1])
+        self._rank(self.early_done, name, after[2])
+
+    def _rank(self, ranked, name, new):
+        position = next((number for number, (_key, member) in enumerate(ranked) if member == name), None)
+        if position is not None:
+            if ranked[position][0] == new:
+                return
+            if len(ranked) >= self.size:
+                self.stale = True
+            del ranked[position]
+        if new is not None and (len(ranked) < self.size or (new, name) < ranked[-1]):
+            bisect.insort(ranked, (new, name))
+            del ranked[self.size:]
+
+
+def shard_count(nodes):
+    return max(1, -(-nodes // SHARD_NODES))
+
+
+def shard_of(name, shards):
+    return zlib.crc32(name.encode('utf-8')) % shards
+
+
+def check_doc_name(name):
+    """A run document's name (``waiting``, ``arrived``): lower-case letters, digits, ``.``, ``_``, ``-``; not state or ledger."""
+    if not isinstance(name, str) or not DOC_NAME.match(name) or name in RESERVED_DOCS:
+        raise LedgerError('run document name %r: lower-case letters, digits, ".", "_", "-" (at most 60), not %s'
+                          % (name, ' or '.join(RESERVED_DOCS)))
+    return name
+
+
+def _usable_head(head, run_id):
+    try:
+        return isinstance(head, dict) and head.get('format') == HEAD_FORMAT and head.get('run_id') == run_id \
+            and isinstance(head.get('ledger_bytes'), int) and isinstance(head.get('events'), int) \
+            and isinstance(head.get('records'), dict) and isinstance(head.get('recent'), list) \
+            and isinstance(head.get('shards'), int) and head['shards'] >= 1 and isinstance(head.get('shard_events'), int) \
+            and Index.from_doc(head['index']) is not None
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -278,11 +449,32 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def read_snapshot(self, run_id):
-        """The last ``state.json``, or None when missing or unreadable."""
+        """The last ``state.json``, or None when missing or unreadable; mid-run it may lag: replay the events after its ``ledger_bytes``."""
 
     @abc.abstractmethod
     def write_snapshot(self, run_id, state):
         """Replace ``state.json`` atomically."""
+
+    @abc.abstractmethod
+    def read_doc(self, run_id, name):
+        """The run's document ``name`` (a dict), or None when missing or unreadable."""
+
+    @abc.abstractmethod
+    def write_doc(self, run_id, name, doc):
+        """Replace the run's document ``name`` (a JSON-able dict) atomically; call it under :meth:`exclusive`."""
+
+    def write_docs(self, run_id, docs):
+        """Replace several documents ({name: doc}); each atomically, not all at once."""
+        for name, doc in docs.items():
+            self.write_doc(run_id, name, doc)
+
+    def position(self, run_id):
+        """A hint (JSON) where the ledger's tail is, kept in the head for the next reader; None when it needs none."""
+        del run_id
+
+    def seek(self, run_id, hint):
+        """Take a :meth:`position` hint read from the head (it may be stale: only a shortcut, checked before use)."""
+        del run_id, hint
 
     @abc.abstractmethod
     def run_ids(self):
@@ -466,6 +658,46 @@ class FileBackend(Backend):
     def write_snapshot(self, run_id, state):
         write_atomic(self.path(run_id, STATE), (json.dumps(state, indent=1, sort_keys=True) + '\n').encode('utf-8'))
 
+    def doc_path(self, run_id, name):
+        """``<run_dir>/<run_id>/<name>.json``."""
+        return self.path(run_id, check_doc_name(name) + '.json')
+
+    def read_doc(self, run_id, name):
+        try:
+            with open(self.doc_path(run_id, name), 'rb') as handle:
+                doc = json.loads(handle.read().decode('utf-8'))
+        except (OSError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def write_doc(self, run_id, name, doc):
+        self.write_docs(run_id, {name: doc})
+
+    def write_docs(self, run_id, docs):
+        """Each document to a temporary file, fsync; then the renames and one fsync of the folder."""
+        folder = self.path(run_id)
+        os.makedirs(folder, mode=0o750, exist_ok=True)
+        moves = []
+        path = folder
+        try:
+            for name, doc in docs.items():
+                path = self.doc_path(run_id, name)
+                data = (json.dumps(doc, sort_keys=True, separators=(',', ':')) + '\n').encode('utf-8')
+                temporary = '%s.tmp.%d' % (path, os.getpid())
+                moves.append((temporary, path))
+                with open(temporary, 'wb') as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            for temporary, path in moves:
+                os.replace(temporary, path)
+        except OSError as exc:
+            for temporary, _path in moves:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+            raise OSError(exc.errno, exc.strerror, path) from None
+        _fsync_dir(folder)
+
     def run_ids(self):
         try:
             names = os.listdir(self.run_dir)
@@ -542,94 +774,300 @@ class FileBackend(Backend):
 class RunLedger:
     """The ledger of one rollout over a :class:`Backend`.
 
-    Safe to share across ``fork``: every change re-reads what other writers appended, under the run lock.
+    Safe to share across ``fork``: every change re-reads what other writers appended, under the run lock.  In memory:
+    the run-level fields, the gate's :class:`Index` and the node records read so far (the head's, a shard's when a node
+    of it is needed); :attr:`state` reads every shard (the full state), :attr:`head`, :meth:`node`, :meth:`gate_view`
+    and :meth:`transition` do not.
     """
 
     def __init__(self, backend, run_id, clock=utcnow):
         self.backend = backend
         self.run_id = check_run_id(run_id)
         self.clock = clock
-        self._state = None
+        self._s = None          # run-level fields and the node records read so far ('nodes')
+        self._index = None
+        self._all = False       # every node record is in memory
+        self._loaded = set()    # shards read
+        self._recent = set()    # nodes changed since the shards were written
+        self._shards = 1
+        self._head_events = 0   # events when the head was last written (or read)
+        self._shard_events = 0  # events when the shards were last written
+        self._must_write = False
+        self._ahead = 0         # the newest ledger_bytes of a shard read (a concurrent writer's, maybe past ours)
         self._depth = 0
         self._owner = None
 
     # -- creation and loading
     @classmethod
-    def create(cls, backend, run_id=None, inventory=None, policy=None, pin=None, nodes=None, clock=utcnow, reason='rollout started'):
-        """Start a new run's ledger; ``nodes`` maps inventory_hostname to ``{domain, gpus}``."""
+    def create(cls, backend, run_id=None, inventory=None, policy=None, pin=None, nodes=None, clock=utcnow, reason='rollout started',
+               mode=None, previous_pin=None, order=None, breaker_history=None):
+        """Start a new run's ledger; ``nodes`` maps inventory_hostname to ``{domain, gpus}``.
+
+        ``mode``, ``previous_pin``, ``order`` and ``breaker_history`` go to the first event's ``run`` when given.
+        """
         ledger = cls(backend, run_id or new_run_id(clock()), clock)
-        with ledger.locked():
-            if ledger._state['events']:
+        with ledger.locked(full=False) as head:
+            if head['events']:
                 raise LedgerError('%s: run %s already has a ledger; resume it or choose another gpufleet_run_id'
                                   % (backend.location(), ledger.run_id))
             run = {'inventory': inventory, 'policy': policy or {}, 'pin': pin or {},
                    'nodes': {name: {'domain': (info or {}).get('domain'), 'gpus': int((info or {}).get('gpus') or 0)}
                              for name, info in (nodes or {}).items()}}
+            for key, value in (('mode', mode), ('previous_pin', previous_pin), ('order', order), ('breaker_history', breaker_history)):
+                if value is not None:
+                    run[key] = list(value) if key == 'order' else value
             ledger._record({'node': None, 'from': None, 'to': 'running', 'reason': reason, 'run': run})
         return ledger
 
     @classmethod
     def open(cls, backend, run_id, clock=utcnow):
+        """The ledger of an existing run: its head and the events after it (no node record read yet)."""
         ledger = cls(backend, run_id, clock)
         if not backend.exists(ledger.run_id):
             raise LedgerError('run %s has no ledger in %s' % (run_id, backend.location()))
-        ledger.refresh()
+        ledger.catch_up()
         return ledger
 
-    def refresh(self):
-        """Bring the in-memory state up to date: snapshot if usable, then the events after it."""
-        state = self._state
+    def _load(self):
+        """The head into memory; without a usable one, ``state.json`` (or nothing) and every node in memory."""
+        head = self.backend.read_doc(self.run_id, HEAD_DOC)
+        if not _usable_head(head, self.run_id):
+            self._load_full(self.backend.read_snapshot(self.run_id))
+            return
+        self._s = {key: head.get(key, default) for key, default in empty_state(self.run_id).items() if key not in ('nodes', 'order')}
+        self._s['nodes'] = {name: dict(record) for name, record in head['records'].items()}
+        self._index = Index.from_doc(head['index'])
+        self._all, self._loaded, self._recent = False, set(), set(head['recent'])
+        self._shards, self._head_events, self._shard_events = head['shards'], head['events'], head['shard_events']
+        self._must_write = False
+        self.backend.seek(self.run_id, head.get('position'))
+
+    def _load_full(self, state):
+        """A full state in memory (``state.json``, or empty before a rebuild); the next write writes every shard and the head."""
         if state is None:
-            state = self.backend.read_snapshot(self.run_id)
-            if state is None:
-                state = empty_state(self.run_id)
-        try:
-            events, offset = self.backend.read_events(self.run_id, state['ledger_bytes'])
-        except LedgerShorter:
             state = empty_state(self.run_id)
-            events, offset = self.backend.read_events(self.run_id, 0)
+        for key, value in empty_state(self.run_id).items():
+            state.setdefault(key, value)
+        self._s = state
+        self._index = Index.of_nodes(state['nodes'], early_size(state.get('policy')))
+        self._all, self._recent = True, set(state['nodes'])
+        self._shards = shard_count(len(state['nodes']))
+        self._must_write = True
+
+    def _rebuild(self):
+        """Everything from the events alone (a shard or the head is missing or torn, or the ledger is shorter)."""
+        self._load_full(None)
+        events, offset = self.backend.read_events(self.run_id, 0)
         for event in events:
-            apply_event(state, event)
-        state['ledger_bytes'] = offset
-        self._state = state
-        return state
+            self._apply(event)
+        self._s['ledger_bytes'] = offset
+
+    def catch_up(self):
+        """Bring the run-level fields and the indexes up to date: the head if not read yet, then the events after it.
+
+        Again while a shard read is newer than the events applied (a writer outside this process's lock wrote it).
+        """
+        for _round in range(10):
+            self._catch_up()
+            if self._ahead <= self._s['ledger_bytes']:
+                return
+
+    def _catch_up(self):
+        if self._s is None:
+            self._load()
+        try:
+            events, offset = self.backend.read_events(self.run_id, self._s['ledger_bytes'])
+        except LedgerShorter:
+            self._rebuild()
+            return
+        if not self._ensure({event['node'] for event in events if event.get('node') is not None}):
+            return      # rebuilt from the events, these included
+        for event in events:
+            self._apply(event)
+        self._s['ledger_bytes'] = offset
+
+    def refresh(self):
+        """Bring the state up to date and return the full state (every node: reads every shard once)."""
+        self.catch_up()
+        return self.state
+
+    def _ensure(self, names):
+        """Read the shards of ``names`` not in memory yet; False when a shard was unusable and everything was rebuilt."""
+        if self._all:
+            return True
+        nodes = self._s['nodes']
+        return self._read_shards({shard_of(name, self._shards) for name in names if name not in nodes})
+
+    def _read_shards(self, numbers):
+        nodes = self._s['nodes']
+        for number in sorted(set(numbers) - self._loaded):
+            doc = self.backend.read_doc(self.run_id, SHARD_DOC % number)
+            if not isinstance(doc, dict) or not isinstance(doc.get('nodes'), dict):
+                self._rebuild()
+                return False
+            for name, record in doc['nodes'].items():
+                nodes.setdefault(name, record)
+            self._loaded.add(number)
+            if isinstance(doc.get('ledger_bytes'), int):
+                self._ahead = max(self._ahead, doc['ledger_bytes'])
+        if len(self._loaded) >= self._shards:
+            self._all = True
+        return True
+
+    def _load_all(self):
+        if not self._all:
+            self._read_shards(range(self._shards))
+        if 'order' not in self._s:
+            doc = self.backend.read_doc(self.run_id, ORDER_DOC)
+            self._s['order'] = list(doc.get('order') or []) if isinstance(doc, dict) else []
+            if not isinstance(doc, dict) and self._s.get('events'):
+                events, _offset = self.backend.read_events(self.run_id, 0)
+                first = events[0] if events else {}
+                self._s['order'] = list((first.get('run') or {}).get('order') or [])
+
+    def _apply(self, event):
+        """Fold one event (its node's record in memory) into the state and the indexes."""
+        name = event.get('node')
+        if name is None:
+            apply_event(self._s, event)
+            if event.get('run'):
+                self._index = Index.of_nodes(self._s['nodes'], early_size(self._s['policy']))
+                self._recent = set(self._s['nodes'])
+                self._shards = shard_count(len(self._s['nodes']))
+                self._all, self._loaded = True, set(range(self._shards))
+            return
+        record = self._s['nodes'].get(name)
+        before = None if record is None else (event.get('from') or record['state'])
+        apply_event(self._s, event)
+        self._index.move(name, before, index_keys(self._s['nodes'][name]))
+        self._recent.add(name)
 
     @property
     def state(self):
-        if self._state is None:
-            self.refresh()
-        return self._state
+        """The full state (every node record; read on first use)."""
+        if self._s is None:
+            self.catch_up()
+        self._load_all()
+        return self._s
+
+    @property
+    def head(self):
+        """The run-level fields (:data:`HEAD_FIELDS`), ``counts`` per node state and ``total`` nodes: no node record read."""
+        if self._s is None:
+            self.catch_up()
+        head = {key: self._s.get(key) for key in HEAD_FIELDS}
+        head.update(counts=dict(self._index.counts), total=self._index.total)
+        return head
+
+    def node(self, name):
+        """A copy of ``name``'s record, or None when it is not a node of the run (reads its shard at most)."""
+        if self._s is None:
+            self.catch_up()
+        self._ensure([name])
+        if self._ahead > self._s['ledger_bytes']:
+            self.catch_up()
+        record = self._s['nodes'].get(name)
+        return dict(record) if record is not None else None
+
+    def gate_view(self, node=None, extra=()):
+        """The gate's compact :class:`~._gate.Rollout` for deciding about ``node`` (see ``_gate.Rollout``).
+
+        ``extra``: more nodes the decision needs, the scheduler's unavailable ones (the domain limit counts the rollout's
+        nodes by their domain).  Reads the records of the indexed nodes, ``node`` and ``extra`` only.
+        """
+        if self._s is None:
+            self.catch_up()
+        if self._index.stale:
+            self._rescan()
+        for _round in range(10):
+            wanted = self._index.names() | set(extra) | ({node} if node is not None else set())
+            if self._ensure(wanted) and self._ahead <= self._s['ledger_bytes']:
+                break
+            self.catch_up()
+            if self._index.stale:
+                self._rescan()
+        nodes = self._s['nodes']
+        return _rollout(self._s, {name: gate_node(nodes[name]) for name in wanted if name in nodes}, self._index.total)
+
+    def _rescan(self):
+        self._load_all()
+        self._index = Index.of_nodes(self._s['nodes'], self._index.size)
+        self._must_write = True
 
     @contextlib.contextmanager
-    def locked(self):
-        """Hold the run lock (re-entrant within one process) and yield the fresh state."""
+    def locked(self, full=True):
+        """Hold the run lock (re-entrant within one process) and yield the fresh state (``full=False``: :attr:`head`)."""
         if self._depth and self._owner == os.getpid():
             self._depth += 1
             try:
-                yield self._state
+                yield self.state if full else self.head
             finally:
                 self._depth -= 1
             return
         with self.backend.exclusive(self.run_id):
             self._depth, self._owner = 1, os.getpid()
             try:
-                yield self.refresh()
+                self.catch_up()
+                yield self.state if full else self.head
             finally:
                 self._depth, self._owner = 0, None
 
     def _record(self, event):
-        """Append an event (under the lock) and rewrite state.json."""
+        """Append an event (under the lock, its node's record in memory) and compact when due."""
         event = dict(event)
         event['time'] = iso(self.clock())
         event.setdefault('reason', '')
         for key in [key for key, value in event.items() if value is None and key in ('details', 'run')]:
             del event[key]
-        state = self._state
-        offset = self.backend.append_event(self.run_id, event, state['ledger_bytes'])
-        apply_event(state, event)
-        state['ledger_bytes'] = offset
-        self.backend.write_snapshot(self.run_id, state)
+        offset = self.backend.append_event(self.run_id, event, self._s['ledger_bytes'])
+        self._apply(event)
+        self._s['ledger_bytes'] = offset
+        self._compact(event)
         return event
+
+    def _compact(self, event):
+        """Write the changed shards, then the head, when due; at a run event also ``state.json`` (the full state).
+
+        Due: the head every :data:`HEAD_EVERY` events, the shards every :data:`SHARD_EVERY` events or :data:`RECENT_MAX`
+        changed nodes, both at every run event and after a rescan of the indexes.
+        """
+        if self._index.stale:
+            self._rescan()
+        events = self._s['events']
+        whole = event.get('node') is None
+        shards = whole or self._must_write or events - self._shard_events >= SHARD_EVERY or len(self._recent) >= RECENT_MAX
+        if not (shards or events - self._head_events >= HEAD_EVERY):
+            return
+        if event.get('run'):
+            self.backend.write_doc(self.run_id, ORDER_DOC, {'run_id': self.run_id, 'order': self._s.get('order') or []})
+        if shards:
+            self._write_shards(every=bool(event.get('run')) or self._must_write)
+        self._write_head()
+        if whole:
+            self.backend.write_snapshot(self.run_id, self.state)
+
+    def _write_shards(self, every=False):
+        numbers = set(range(self._shards)) if every else {shard_of(name, self._shards) for name in self._recent}
+        self._read_shards(numbers)
+        docs = {number: {} for number in numbers}
+        for name, record in self._s['nodes'].items():
+            number = shard_of(name, self._shards)
+            if number in docs:
+                docs[number][name] = record
+        self.backend.write_docs(self.run_id, {SHARD_DOC % number: {'run_id': self.run_id, 'ledger_bytes': self._s['ledger_bytes'], 'nodes': nodes}
+                                              for number, nodes in sorted(docs.items())})
+        self._recent = set()
+        self._shard_events = self._s['events']
+
+    def _write_head(self):
+        nodes = self._s['nodes']
+        head = {key: self._s.get(key) for key in HEAD_FIELDS}
+        head.update(format=HEAD_FORMAT, index=self._index.to_doc(), shards=self._shards, shard_events=self._shard_events,
+                    recent=sorted(self._recent), position=self.backend.position(self.run_id),
+                    records={name: nodes[name] for name in sorted(self._index.names() | self._recent) if name in nodes})
+        self.backend.write_doc(self.run_id, HEAD_DOC, head)
+        self._head_events = self._s['events']
+        self._must_write = False
 
     # -- changes
     def transition(self, node, to, reason, details=None, operator=False, resume=False, gate=False):
@@ -642,18 +1080,20 @@ class RunLedger:
             raise LedgerError('%s: the reason must be a text, got %r' % (node, reason))
         if details is not None and not isinstance(details, dict):
             raise LedgerError('%s: details must be a mapping, got %r' % (node, details))
-        with self.locked() as state:
-            if node not in state['nodes']:
+        with self.locked(full=False):
+            record = self.node(node)
+            if record is None:
                 raise LedgerError('%s is not a node of run %s' % (node, self.run_id))
-            current = state['nodes'][node]['state']
+            current = record['state']
             check_transition(node, current, to, operator=operator, resume=resume, gate=gate)
             return self._record({'node': node, 'from': current, 'to': to, 'reason': reason, 'details': details})
 
     def add_nodes(self, nodes):
         """Add nodes (inventory_hostname -> {domain, gpus}) as ``pending``, e.g. when the inventory grew on resume."""
-        with self.locked() as state:
+        with self.locked(full=False):
+            self._ensure(list(nodes))
             for name, info in nodes.items():
-                if name in state['nodes']:
+                if self.node(name) is not None:
                     continue
                 self._record({'node': name, 'from': None, 'to': PENDING, 'reason': 'added to the rollout',
                               'details': {'domain': (info or {}).get('domain'), 'gpus': int((info or {}).get('gpus') or 0)}})
@@ -662,20 +1102,17 @@ class RunLedger:
         """Change the run's status (running, paused, finished); ``details={'by': 'operator'}`` for an operator's pause."""
         if status not in RUN_STATUSES:
             raise LedgerError('run %s: %r is not a run status (%s)' % (self.run_id, status, ', '.join(RUN_STATUSES)))
-        with self.locked() as state:
+        with self.locked(full=False) as head:
             if status == 'finished':
-                open_nodes = sorted(name for name, record in state['nodes'].items() if record['state'] in IN_FLIGHT)
+                open_nodes = sorted(self._index.flying)
                 if open_nodes:
                     raise LedgerError('run %s cannot finish: %s still in flight' % (self.run_id, ', '.join(open_nodes[:10])))
-            return self._record({'node': None, 'from': state['status'], 'to': status, 'reason': reason, 'details': details})
+            return self._record({'node': None, 'from': head['status'], 'to': status, 'reason': reason, 'details': details})
 
     def reset_breaker(self, reason):
         """An operator's reset of the circuit breaker: quarantines before now no longer count."""
-        with self.locked() as state:
-            return self._record({'node': None, 'from': state['status'], 'to': 'breaker_reset', 'reason': reason})
-
-    def gate_view(self):
-        return node_view(self.state)
+        with self.locked(full=False) as head:
+            return self._record({'node': None, 'from': head['status'], 'to': 'breaker_reset', 'reason': reason})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -696,7 +1133,7 @@ def last_unfinished(backend, inventory):
     found = []
     for run_id in backend.run_ids():
         try:
-            state = RunLedger.open(backend, run_id).state
+            state = RunLedger.open(backend, run_id).head
         except LedgerError:
             continue
         if state.get('inventory') == inventory and state.get('status') in UNFINISHED:

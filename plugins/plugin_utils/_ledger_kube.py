@@ -7,8 +7,9 @@ Controller-side, no Ansible import; the ``kubernetes`` Python library (kubernete
 backend first talks to the API.  For AWX, whose execution environments are thrown away after each job: the run outlives
 the controller.  Same schema and same rules as :class:`~._ledger.FileBackend` (see ``_ledger``); in namespace ``N``:
 
-``ConfigMap gpufleet-run-<run>`` (the head; labels ``gpufleet.io/ledger=state``, ``gpufleet.io/run=<its name>``)
-    key ``state.json``: the same ``state.json`` as the file backend (gzipped under ``binaryData`` ``state.json.gz`` when
+``ConfigMap gpufleet-run-<run>`` (labels ``gpufleet.io/ledger=state``, ``gpufleet.io/run=<its name>``)
+    key ``state.json``: the same ``state.json`` as the file backend (written at the run's creation and its run events;
+    mid-run it lags, as the file backend's) (gzipped under ``binaryData`` ``state.json.gz`` when
     it is over :data:`SNAPSHOT_BYTES`; left out when even that is too big - readers then rebuild from the events).
     Annotations ``gpufleet.io/run-id`` (the run id as given) and ``gpufleet.io/ledger-bytes`` (the offset it reflects).
 ``ConfigMap gpufleet-run-<run>-00000``, ``-00001``, ... (label ``gpufleet.io/ledger=events``)
@@ -16,6 +17,10 @@ the controller.  Same schema and same rules as :class:`~._ledger.FileBackend` (s
     at most 1 MiB of values, so a chunk takes events up to :data:`CHUNK_BYTES` and is then sealed (annotation
     ``gpufleet.io/sealed``) before the next one is created.  Annotation ``gpufleet.io/ledger-start``: the byte offset of the
     chunk's first event in the whole ledger (offsets are the file backend's).  A reader follows sealed chunks to the tail.
+``ConfigMap gpufleet-doc-<run>-<name>-<hash>`` (label ``gpufleet.io/ledger=doc``, annotation ``gpufleet.io/doc``)
+    key ``doc.json``: one document of the run (:meth:`KubernetesBackend.write_doc`): the ledger's ``head``, its shards
+    ``nodes-NNNN`` and ``order`` (see ``_ledger``), and the gate's ``waiting`` and ``arrived``.  The head also keeps
+    where the tail chunk is, so that a fresh reader reads only the chunks after it.
 ``Lease gpufleet-fleet-<fleet>`` (coordination.k8s.io/v1): the fleet lock
     ``holderIdentity`` the run id, ``leaseDurationSeconds``, ``acquireTime``, ``renewTime`` (renewed every third of the
     duration by a small process that lives as long as the ``ansible-playbook`` that took it), ``leaseTransitions``;
@@ -31,8 +36,8 @@ Every write carries the ``resourceVersion`` it read (optimistic concurrency): a 
 never overwritten blindly; a ledger that grew past what its writer saw (a writer outside the run lock) is refused.
 Names are DNS labels made from the run id and fleet (lower case, a hash of the original keeps them unique).
 
-The controller keeps only scratch files in ``run_dir`` (``<run_id>/waiting.json``, ``arrived.json``, ``results/``): a
-fresh controller loses them and loses nothing of the run.  Connection: a kubeconfig (``gpufleet_kubeconfig``) and
+The controller keeps only scratch files in ``run_dir`` (the run lock, ``results/``): a fresh controller loses them and
+loses nothing of the run.  Connection: a kubeconfig (``gpufleet_kubeconfig``) and
 context, else the environment AWX's Kubernetes credential sets (``K8S_AUTH_HOST``, ``K8S_AUTH_API_KEY``,
 ``K8S_AUTH_VERIFY_SSL``, ``K8S_AUTH_SSL_CA_CERT``, ``K8S_AUTH_KUBECONFIG``, ``K8S_AUTH_CONTEXT``), else
 ``KUBECONFIG``/``~/.kube/config``, else the pod's service account.  A token is read from the environment only, never
@@ -65,12 +70,17 @@ SEALED = 'gpufleet.io/sealed'
 LEDGER_BYTES = 'gpufleet.io/ledger-bytes'
 HOLDER = 'gpufleet.io/holder'
 FLEET = 'gpufleet.io/fleet'
+DOC = 'gpufleet.io/doc'
+DOC_KEY = 'doc.json'
 EVENTS_KEY = 'ledger.jsonl'
 STATE_KEY = 'state.json'
 STATE_GZ_KEY = 'state.json.gz'
 # A ConfigMap holds at most 1 MiB (1048576 bytes) of data and binaryData values: room for the metadata and one more event.
 MAX_VALUES = 1048576
-CHUNK_BYTES = 786432
+# Small chunks: an event rewrites its chunk (a PUT of the whole ConfigMap), so its cost grows with the chunk, not the run.
+CHUNK_BYTES = 131072
+# One event alone in a chunk may be larger (the first event lists every node).
+EVENT_BYTES = 786432
 SNAPSHOT_BYTES = 786432
 LEASE_SECONDS = 60
 WRITER_SECONDS = 15
@@ -229,7 +239,7 @@ class KubernetesBackend(_ledger.Backend):
     """Ledgers in ConfigMaps of ``namespace``, the fleet lock a Lease; ``run_dir`` is a local scratch folder."""
 
     def __init__(self, namespace, run_dir, kubeconfig='', context='', lease_seconds=LEASE_SECONDS, api=None,
-                 chunk_bytes=CHUNK_BYTES, snapshot_bytes=SNAPSHOT_BYTES):
+                 chunk_bytes=CHUNK_BYTES, snapshot_bytes=SNAPSHOT_BYTES, event_bytes=EVENT_BYTES):
         if not isinstance(namespace, str) or not NAMESPACE.match(namespace):
             raise _ledger.LedgerError('gpufleet_ledger_namespace: %r is not a Kubernetes namespace name' % (namespace,))
         if not isinstance(run_dir, str) or not run_dir:
@@ -242,12 +252,15 @@ class KubernetesBackend(_ledger.Backend):
         self.context = context or ''
         self.lease_seconds = lease_seconds
         self.chunk_bytes = min(chunk_bytes, MAX_VALUES)
+        self.event_bytes = min(event_bytes, MAX_VALUES)
         self.snapshot_bytes = min(snapshot_bytes, MAX_VALUES)
         self._api = api
         self._api_pid = os.getpid() if api is not None else None
         self._sealed = {}   # run_id -> {index: (start, end)} of sealed chunks (they never change)
         self._tail = {}     # run_id -> (index, the tail chunk as last read or written)
         self._heads = {}    # run_id -> the head as last read or written
+        self._docs = {}     # (run_id, name) -> a document's ConfigMap as last read or written
+        self._hints = {}    # run_id -> (index, start) of a chunk from the ledger's head (checked before use)
 
     # -- plumbing
     @property
@@ -272,11 +285,15 @@ class KubernetesBackend(_ledger.Backend):
     def chunk_name(self, run_id, index):
         return '%s-%05d' % (self.head_name(run_id), index)
 
+    def doc_name(self, run_id, name):
+        """The ConfigMap of the run's document ``name``."""
+        return kube_name('gpufleet-doc', '%s/%s' % (run_id, _ledger.check_doc_name(name)))
+
     def fleet_lease(self, fleet):
         return kube_name('gpufleet-fleet', fleet)
 
     def path(self, run_id, name=''):
-        """A local scratch path of the run (the gate's waiting.json and arrived.json, the results)."""
+        """A local scratch path of the run (the local run lock that queues this controller's workers, the results export)."""
         return os.path.join(self.run_dir, _ledger.check_run_id(run_id), name) if name else os.path.join(self.run_dir, _ledger.check_run_id(run_id))
 
     def location(self, run_id=None, name=''):
@@ -284,6 +301,8 @@ class KubernetesBackend(_ledger.Backend):
             return 'Kubernetes namespace %s' % self.namespace
         if name == _ledger.STATE:
             return 'ConfigMap %s/%s key %s' % (self.namespace, self.head_name(run_id), STATE_KEY)
+        if name and name != _ledger.LEDGER:
+            return 'ConfigMap %s/%s key %s' % (self.namespace, self.doc_name(run_id, name), DOC_KEY)
         return 'ConfigMaps %s/%s-NNNNN key %s' % (self.namespace, self.head_name(run_id), EVENTS_KEY)
 
     def _labels(self, run_id, kind):
@@ -360,8 +379,11 @@ class KubernetesBackend(_ledger.Backend):
     def _first_index(self, run_id, offset):
         """(index, start) of the chunk to read first for ``offset``, from the sealed chunks seen before."""
         index, start = 0, 0
+        hint = self._hints.get(run_id)
+        if hint is not None and hint[1] <= offset:
+            index, start = hint
         for number, (begin, end) in sorted(self._sealed.get(run_id, {}).items()):
-            if begin <= offset:
+            if begin <= offset and number >= index:
                 index, start = number, begin
                 if offset >= end:
                     index, start = number + 1, end
@@ -373,10 +395,17 @@ class KubernetesBackend(_ledger.Backend):
     def read_events(self, run_id, offset):
         where = self.location(run_id, _ledger.LEDGER)
         index, _start = self._first_index(run_id, offset)
+        first = index
         collected = b''
         seen_end = None
         while True:
             chunk = self._chunk(run_id, index)
+            if index == first and index and (chunk is None or _start_of(chunk) > offset):
+                # A hint or a cache that no longer holds (the ledger was replaced): from the first chunk.
+                self._hints.pop(run_id, None)
+                self._sealed.pop(run_id, None)
+                index = first = 0
+                continue
             if chunk is None:
                 if index == 0:
                     if offset:
@@ -427,9 +456,9 @@ class KubernetesBackend(_ledger.Backend):
         where = self.location(run_id, _ledger.LEDGER)
         line = json.dumps(event, sort_keys=True, separators=(',', ':')) + '\n'
         size = len(line.encode('utf-8'))
-        if size > self.chunk_bytes:
+        if size > max(self.chunk_bytes, self.event_bytes):
             raise _ledger.LedgerError('%s: an event of %d bytes does not fit a ConfigMap chunk (%d bytes): node %s'
-                                      % (where, size, self.chunk_bytes, event.get('node')))
+                                      % (where, size, max(self.chunk_bytes, self.event_bytes), event.get('node')))
         if offset == 0:
             self._ensure_head(run_id)
         for _attempt in range(CONFLICT_RETRIES):
@@ -463,6 +492,54 @@ class KubernetesBackend(_ledger.Backend):
                     raise _ledger.LedgerError('%s: %s' % (where, exc)) from None
                 self._tail.pop(run_id, None)     # changed since read (or created meanwhile): read it again and re-check
         raise _ledger.LedgerError('%s: %d conflicting writes in a row; nothing written' % (where, CONFLICT_RETRIES))
+
+    def position(self, run_id):
+        """[index, start] of the tail chunk as last read or written, for the ledger's head."""
+        cached = self._tail.get(run_id)
+        return [cached[0], _start_of(cached[1])] if cached is not None else None
+
+    def seek(self, run_id, hint):
+        if isinstance(hint, list) and len(hint) == 2 and all(isinstance(item, int) and not isinstance(item, bool) and item >= 0 for item in hint):
+            self._hints[run_id] = (hint[0], hint[1])
+
+    # -- the run's documents
+    def read_doc(self, run_id, name):
+        obj = self.api.get('ConfigMap', self.namespace, self.doc_name(run_id, name))
+        if obj is None or _annotations(obj).get(RUN_ID) != run_id:
+            return None
+        self._docs[(run_id, name)] = obj
+        try:
+            doc = json.loads((obj.get('data') or {}).get(DOC_KEY) or 'null')
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def write_doc(self, run_id, name, doc):
+        """Create or replace the document's ConfigMap with the resourceVersion last seen; a conflict is re-read and retried."""
+        where = self.location(run_id, name)
+        text = json.dumps(doc, sort_keys=True, separators=(',', ':'))
+        if len(text.encode('utf-8')) > MAX_VALUES - 65536:
+            raise _ledger.LedgerError('%s: a document of %d bytes does not fit a ConfigMap' % (where, len(text.encode('utf-8'))))
+        key = (run_id, name)
+        for _attempt in range(CONFLICT_RETRIES):
+            try:
+                obj = self._docs.get(key) or self.api.get('ConfigMap', self.namespace, self.doc_name(run_id, name))
+                if obj is None:
+                    self._docs[key] = self.api.create('ConfigMap', self.namespace, {'metadata': {
+                        'name': self.doc_name(run_id, name), 'labels': self._labels(run_id, 'doc'),
+                        'annotations': {RUN_ID: run_id, DOC: name}}, 'data': {DOC_KEY: text}})
+                    return
+                if _annotations(obj).get(RUN_ID) != run_id:
+                    raise _ledger.LedgerError('%s belongs to run %s, not %s' % (where, _annotations(obj).get(RUN_ID), run_id))
+                obj['data'] = {DOC_KEY: text}
+                obj.pop('binaryData', None)
+                self._docs[key] = self.api.replace('ConfigMap', self.namespace, obj)
+                return
+            except ApiError as exc:
+                if exc.code != 409:
+                    raise _ledger.LedgerError('%s: %s' % (where, exc)) from None
+                self._docs.pop(key, None)
+        raise _ledger.LedgerError('%s: %d conflicting writes in a row' % (where, CONFLICT_RETRIES))
 
     # -- the snapshot
     def _ensure_head(self, run_id):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
 
 # node_upgrade's phase -> the ledger state the node is in while that phase runs (None: no state of its own).
@@ -82,12 +83,65 @@ def open_ledger(spec):
     return _ledger.RunLedger.open(backend, spec['run_id'])
 
 
-def record(ledger, node, target, reason):
-    """Walk ``node`` to ``target`` in ``ledger``; returns the states recorded ([] when none)."""
-    with ledger.locked() as state:
-        if node not in state['nodes']:
+# What a node's procedure ends in when it gave no final state: the one home of "no result means quarantined".
+NO_RESULT = 'no result from node_upgrade; the node may be cordoned'
+RECOVERY_FAILED = 'the recovery failed, the node stays cordoned: '
+
+
+def final_state(state, reason):
+    """(state, reason) a node's procedure ends in: its own final state, else ``quarantined`` with why.
+
+    ``state`` empty with a ``reason``: the procedure's recovery failed with that error (``node_upgrade`` always records a
+    result); ``state`` missing altogether: no result came back (the rollout gate's safety net after the role).
+    """
+    if state in _gate.FINAL:
+        return state, reason or ''
+    if state == '' and reason:
+        return 'quarantined', RECOVERY_FAILED + str(reason)
+    return 'quarantined', NO_RESULT
+
+
+def _count(facts):
+    count = facts.get('gpu_count') if isinstance(facts, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
+
+
+def final_details(result, node, facts_before=None, facts_after=None):
+    """What a node's final ledger event carries, from its ``node_upgrade_result``: what the gate and the report need.
+
+    ``signature`` (:func:`_gate.failure_signature`, lists for JSON; None when it did not fail), ``rma_suspect``, ``phase``,
+    ``versions_before``/``versions_after``, ``phase_times`` (seconds per phase) and ``gpu_count`` (after, else before).
+    """
+    result = result if isinstance(result, dict) else {}
+    signature = _gate.failure_signature(result, node)
+    return {
+        'signature': _lists(signature) if signature else None,
+        'rma_suspect': bool(result.get('rma_suspect')),
+        'phase': result.get('phase'),
+        'versions_before': result.get('versions_before') or {},
+        'versions_after': result.get('versions_after'),
+        'phase_times': result.get('seconds') or {},
+        'gpu_count': _count(facts_after) or _count(facts_before),
+    }
+
+
+def _lists(value):
+    return [_lists(item) for item in value] if isinstance(value, (list, tuple)) else value
+
+
+def record(ledger, node, target, reason, details=None):
+    """Walk ``node`` to ``target`` in ``ledger``; the last step carries ``details``; returns the states recorded ([] when none).
+
+    Nothing is written when ``node`` is already in a final state and ``target`` is final too: a final event has one writer.
+    """
+    with ledger.locked(full=False):
+        record = ledger.node(node)      # this node's record only: a phase never reads the run's every node
+        if record is None:
             raise _ledger.LedgerError('%s is not a node of run %s' % (node, ledger.run_id))
-        steps = walk(state['nodes'][node]['state'], target)
+        current = record['state']
+        if current in _gate.FINAL and target in _gate.FINAL:
+            return []
+        steps = walk(current, target)
         for step in steps:
-            ledger.transition(node, step, reason if step == target else '')
+            ledger.transition(node, step, reason if step == target else '', details=details if step == target else None)
     return steps

@@ -8,8 +8,8 @@ everything it decides is here:
 
 * the scheduler's answer read once (:func:`slurm_view`, :func:`kube_view`, :func:`static_view`): the fleet's GPU total,
   the nodes down or cordoned by anyone, each node's GPUs, and the jobs on each node (for the plan's order);
-* the gate's view of a run (:func:`rollout_view`): the ledger's state plus how each failed node failed, read from its
-  ``node_upgrade_result`` file (the pin-fault detector compares these);
+* the gate's view of a run (:func:`rollout_view`): the ledger's view (how each failed node failed is in its final event, the
+  pin-fault detector compares these) plus the circuit breaker's memory of earlier runs;
 * the order among the hosts waiting at the gate (:func:`first_in_line`): host_pinned starts hosts in the plan's order, and
   a node may not overtake an earlier node waiting at the gate that the gate would admit now;
 * which run a start opens (:func:`choose_run`), the walk of a node to its final state (:func:`walk`), the run's summary
@@ -21,9 +21,9 @@ everything it decides is here:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime
 import hashlib
-import json
 import os
 import re
 
@@ -34,6 +34,10 @@ from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _phase
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
 
 SCHEDULERS = ('slurm', 'kubernetes', 'runai', 'none')
+# The reboot methods a rollout accepts (node_upgrade's own 'none' is for a node that needs no reboot, not for a rollout).
+REBOOT_METHODS = ('os', 'driver_reload', 'bmc')
+# The inputs a rollout checks on localhost before any node is reached: (variable, the values it takes).
+INPUTS = (('gpufleet_scheduler', SCHEDULERS), ('gpufleet_reboot_method', REBOOT_METHODS))
 # Slurm base states and flags that make a node's GPUs unschedulable.
 _SLURM_OUT_BASE = frozenset(('DOWN', 'FUTURE', 'UNKNOWN'))
 _SLURM_OUT_FLAGS = frozenset(('DRAIN', 'NOT_RESPONDING', 'MAINTENANCE', 'RESERVED', 'POWERED_DOWN', 'POWERING_DOWN',
@@ -45,6 +49,28 @@ GPU_RESOURCE = 'nvidia.com/gpu'
 
 class RolloutError(ValueError):
     """An answer or an argument the gate cannot use; the message names what."""
+
+
+class InputError(RolloutError):
+    """A rollout variable with a value the rollout does not take; the message starts with the variable's name."""
+
+
+def check_inputs(variables, run_dir='.'):
+    """Check the rollout's inputs where they enter (localhost, before any node): scheduler, reboot method, ledger backend.
+
+    ``variables``: the ``gpufleet_*`` variables as set (missing or empty: the default).  Raises :class:`InputError` whose
+    message starts with the variable's name, e.g. ``gpufleet_scheduler: 'slrum' is not a scheduler (...)``.
+    """
+    for name, choices in INPUTS:
+        value = variables.get(name)
+        if value is None or value == '':
+            continue
+        if not isinstance(value, str) or value not in choices:
+            raise InputError('%s: %r is not one of %s; nothing was touched' % (name, value, ', '.join(choices)))
+    try:
+        _ledger.ledger_spec({name: variables.get(name) for name in _ledger.SPEC_VARIABLES if name in variables}, run_dir or '.')
+    except _ledger.LedgerError as exc:
+        raise InputError('%s; nothing was touched' % exc) from None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -234,42 +260,85 @@ def choose_run(run_id, existing, last_unfinished):
     return None, False
 
 
-def node_results(results_dir, nodes):
-    """{node: node_upgrade_result} from ``<results_dir>/<node>.json`` (missing or unreadable files are left out)."""
-    found = {}
-    if not results_dir:
-        return found
-    for node in nodes:
-        try:
-            with open(os.path.join(results_dir, '%s.json' % node), encoding='utf-8') as handle:
-                document = json.load(handle)
-        except (OSError, ValueError):
-            continue
-        if isinstance(document, dict):
-            found[node] = document
-    return found
+def _pin_text(pin):
+    return ', '.join('%s %s' % (name, pin[name]) for name in sorted(pin)) if pin else 'nothing (a rolling restart without a pin)'
 
 
-def rollout_view(state, results, history=None):
-    """The gate's :class:`~._gate.Rollout`: the ledger's nodes, with each failed node's signature and rma_suspect from its result.
+def resume_pin(run_id, recorded, given, source='gpufleet_pin_file'):
+    """The pin a resumed run converges to: the one it recorded at its start, never another.
 
-    ``history`` (:func:`breaker_history` of the earlier runs in the same run folder) feeds the circuit breaker: their
-    quarantines count, and the newest operator reset of any run applies.
+    ``given``: the pin read from the variables of this invocation (``{}`` when none was given: the recorded pin is used).
+    Raises :class:`InputError` (nothing is touched) when ``given`` differs from ``recorded``; the message names the variable
+    (``source``), both pins and how to start a new run instead.
     """
-    rollout = _ledger.node_view(state)
+    recorded = recorded or {}
+    if not given or given == recorded:
+        return recorded
+    changed = sorted(name for name in set(recorded) | set(given) if recorded.get(name) != given.get(name))
+    raise InputError('%s: pins %s, but run %s recorded %s when it started (differs in %s). A resumed run keeps its pin: two pins '
+                     'in one fleet are refused, nothing was touched. Resume with the same pin (or without %s: the recorded pin '
+                     'is used), or start a new run for the new pin with -e gpufleet_run_id=<a new id>'
+                     % (source, _pin_text(given), run_id, _pin_text(recorded), ', '.join(changed), source))
+
+
+def previous_pin(states, inventory):
+    """The pin the fleet ran before this run: that of the newest earlier run of the same inventory that finished with a
+    pin (``states``: earlier runs' states, oldest first), else ``{}``."""
+    for state in reversed(list(states or [])):
+        if state.get('inventory') == inventory and state.get('status') == 'finished' and state.get('pin'):
+            return state['pin']
+    return {}
+
+
+def _checks(validation):
+    return dict((str(check.get('name')), check) for check in (validation or {}).get('checks') or [] if isinstance(check, dict))
+
+
+def pin_verified(pin, validation):
+    """Whether ``validation`` (``node_validate_result``) shows the node on ``pin``: a passed ``pin`` check (needed when the
+    run has a pin; a run without one has nothing to compare)."""
+    if not pin:
+        return True
+    return bool(_checks(validation).get('pin', {}).get('passed') is True)
+
+
+def release_decision(pin, validation, back_in_service):
+    """(state, reason) for a quarantined node an operator released (rollout_control ``release``), after its validation.
+
+    ``done`` only when the validation passed on the run's recorded ``pin`` (its ``pin`` check among them) and the node is back
+    in service; otherwise it stays ``quarantined`` with the reason: a node that is healthy but not on the pin is refused with
+    what to do (``retry`` puts it through the procedure), never marked done on its health alone.
+    """
+    if not isinstance(validation, dict) or not isinstance(validation.get('passed'), bool):
+        return 'quarantined', 'release refused: no validation result'
+    checks = _checks(validation)
+    failed = sorted(name for name, check in checks.items() if check.get('passed') is not True)
+    if not pin_verified(pin, validation):
+        if 'pin' not in checks:
+            return 'quarantined', 'release refused: the validation did not compare the node with the run\'s pin (%s)' % _pin_text(pin)
+        if failed == ['pin']:
+            return 'quarantined', ('release refused: healthy but not on the run\'s pin: %s; retry it (gpufleet_verb=retry) to put '
+                                   'it through the procedure' % (checks['pin'].get('message') or 'off the pin'))
+    if not validation['passed']:
+        return 'quarantined', 'release refused: the validation failed: %s' % (validation.get('message') or ', '.join(failed) or 'failed')
+    if not back_in_service:
+        return 'quarantined', 'release refused: validated, but the scheduler did not put the node back in service'
+    return 'done', 'released: validated on the run\'s pin (%s)' % ', '.join(sorted(checks))
+
+
+def rollout_view(view, history=None):
+    """The gate's :class:`~._gate.Rollout` from the ledger's view (:func:`_ledger.node_view` or ``RunLedger.gate_view``) and the
+    circuit breaker's memory of earlier runs.
+
+    Each failed node's ``signature`` and ``rma_suspect`` come from its final ledger event (written by the node's procedure,
+    :func:`_phase.final_details`): nothing is read from result files, so a fresh controller sees what the first one saw.
+    ``history`` (:func:`breaker_history`, recorded in the run at its start) feeds the circuit breaker: those quarantines count,
+    and the newest operator reset of any run applies.
+    """
     history = history or {}
     quarantines = tuple(sorted(float(item['time']) for item in history.get('quarantines') or ()))
-    resets = [stamp for stamp in (rollout.breaker_reset, history.get('reset')) if stamp is not None]
-    nodes = {}
-    for name, node in rollout.nodes.items():
-        result = results.get(name)
-        if node.state in _gate.FAILED and result and result.get('state') == node.state:
-            signature = node.signature or _gate.failure_signature(result, name)
-            node = _gate.Node(state=node.state, domain=node.domain, gpus=node.gpus, canary=node.canary, finished=node.finished,
-                              signature=signature, rma_suspect=node.rma_suspect or bool(result.get('rma_suspect')))
-        nodes[name] = node
-    return _gate.Rollout(nodes=nodes, paused=rollout.paused, breaker_reset=max(resets) if resets else None,
-                         quarantines=rollout.quarantines + quarantines)
+    resets = [stamp for stamp in (view.breaker_reset, history.get('reset')) if stamp is not None]
+    return dataclasses.replace(view, breaker_reset=max(resets) if resets else None, quarantines=view.quarantines + quarantines)
 
 
 def breaker_history(states, now, window):
@@ -319,29 +388,22 @@ def retry_decision(policy, record):
 # ----------------------------------------------------------------------------------------------------------------
 # Resume: the done nodes are confirmed with a quick check before they are skipped.
 
-def confirm_expectations(state, results):
+def confirm_expectations(state):
     """{node: GPU count it must show or None} for the ``done`` nodes of a resumed run.
 
-    The count is the one the node showed when it passed its validation in this run (its result's ``facts_after``, else
-    ``facts_before``); None when no result says (the GPU check is then not made).
+    The count is the one the node showed when it passed in this run (``gpu_count`` of its final ledger event); None when the
+    ledger does not say (the GPU check is then not made).
     """
     expected = {}
     for name, record in state['nodes'].items():
         if record.get('state') != 'done':
             continue
-        result = results.get(name) or {}
-        count = None
-        for key in ('facts_after', 'facts_before'):
-            facts = result.get(key)
-            if isinstance(facts, dict) and isinstance(facts.get('gpu_count'), int) and not isinstance(facts.get('gpu_count'), bool) \
-                    and facts['gpu_count'] > 0:
-                count = facts['gpu_count']
-                break
-        expected[name] = count
+        count = record.get('gpu_count')
+        expected[name] = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
     return expected
 
 
-def confirm_decision(validation, unreachable=False):
+def confirm_decision(validation, unreachable=False, pin=None):
     """(state, reason) for a ``done`` node after the quick check of a resume.
 
     ``done`` when ``validation`` (``node_validate_result``: health, the pin, the GPU count, Fabric Manager,
@@ -353,10 +415,23 @@ def confirm_decision(validation, unreachable=False):
         return _gate.PENDING, 'failed the quick check on resume: unreachable; back through the procedure'
     if not isinstance(validation, dict) or not isinstance(validation.get('passed'), bool):
         return _gate.PENDING, 'failed the quick check on resume: no validation result; back through the procedure'
+    if validation['passed'] and not pin_verified(pin, validation):
+        return _gate.PENDING, 'failed the quick check on resume: the node was not compared with the run\'s pin; back through the procedure'
     if validation['passed']:
         checks = [str(check.get('name')) for check in validation.get('checks') or [] if isinstance(check, dict)]
         return 'done', 'confirmed on resume: the quick check passed (%s)' % ', '.join(checks)
     return _gate.PENDING, 'failed the quick check on resume: %s; back through the procedure' % (validation.get('message') or 'failed')
+
+
+def before(order, node, arrived, limit):
+    """The first ``limit`` nodes ahead of ``node`` in ``order`` that never reached the gate (not in ``arrived``)."""
+    found = []
+    for name in order:
+        if name == node or len(found) >= limit:
+            break
+        if name not in arrived:
+            found.append(name)
+    return found
 
 
 def first_in_line(policy, rollout, scheduler, node, order, waiting, now):
@@ -397,17 +472,39 @@ def summary(state):
             'pause': state.get('pause'), 'message': line, 'nodes': nodes}
 
 
+def _counts(state):
+    """Nodes per state: the ledger head's ``counts`` (no node record read) or counted from a full state's nodes."""
+    if isinstance(state.get('counts'), dict):
+        return {name: count for name, count in state['counts'].items() if count}
+    return summary(state)['counts']
+
+
+def batch_stop(state, batch, max_fail_percentage):
+    """Batch mode: the pause when more than ``max_fail_percentage`` % of this ``batch``'s nodes failed (Ansible's own
+    ``max_fail_percentage`` of a batch, which then stops the playbook), else None.  ``None`` percentage: no per-batch stop."""
+    if max_fail_percentage is None or not batch:
+        return None
+    failed = sorted(name for name in batch if (state['nodes'].get(name) or {}).get('state') in _gate.FAILED)
+    if len(failed) * 100.0 <= float(max_fail_percentage) * len(batch):
+        return None
+    return _gate.Decision(_gate.PAUSE, 'budget', 'batch failure budget exceeded: %d of %d node(s) of this batch failed (%s), more than '
+                          'gpufleet_max_fail_percentage %s%%: the rollout stops (Ansible\'s max_fail_percentage of a batch)'
+                          % (len(failed), len(batch), ', '.join(failed), ('%g' % float(max_fail_percentage))))
+
+
 def escalation_payload(run_id, decision, state):
-    """What the escalation hook receives (JSON POST body, or the command's standard input)."""
+    """What the escalation hook receives (JSON POST body, or the command's standard input); ``state``: the full state or the
+    ledger's head."""
     return {'event': 'gpufleet.rollout.paused', 'run_id': run_id, 'rule': decision.get('rule'), 'reason': decision.get('reason'),
-            'inventory': state.get('inventory'), 'counts': summary(state)['counts']}
+            'inventory': state.get('inventory'), 'counts': _counts(state)}
 
 
 def quarantine_payload(run_id, node, state):
-    """What the escalation hook receives when a node of the run ends ``quarantined``."""
+    """What the escalation hook receives when a node of the run ends ``quarantined`` (``state``: the full state, or the head
+    with ``nodes`` holding this node's record)."""
     record = state['nodes'].get(node) or {}
     return {'event': 'gpufleet.rollout.quarantined', 'run_id': run_id, 'node': node, 'reason': record.get('reason') or '',
-            'phase': record.get('phase'), 'inventory': state.get('inventory'), 'counts': summary(state)['counts']}
+            'phase': record.get('phase'), 'inventory': state.get('inventory'), 'counts': _counts(state)}
 
 
 def plan_nodes(nodes, fleet, domains):

@@ -31,6 +31,8 @@ import glob
 import json
 import os
 
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DOC = os.path.join(ROOT, 'docs', 'reliability.md')
@@ -98,6 +100,15 @@ def read_run(run_dir, run_id=None):
         events = [json.loads(line) for line in handle if line.strip()]
     with open(os.path.join(run_dir, run_id, 'state.json'), encoding='utf-8') as handle:
         state = json.load(handle)
+    if isinstance(state.get('ledger_bytes'), int):
+        # The reader's rule: state.json is written at run events (start, pause, finish); a run killed in between is
+        # state.json plus the ledger's events after the offset it reflects.
+        with open(os.path.join(run_dir, run_id, 'ledger.jsonl'), 'rb') as handle:
+            handle.seek(state['ledger_bytes'])
+            tail, consumed = _ledger.parse_events(handle.read(), 'ledger.jsonl')
+        for event in tail:
+            _ledger.apply_event(state, event)
+        state['ledger_bytes'] += consumed
     return events, state
 
 

@@ -87,8 +87,7 @@ def walked(tmp_path, node):
     """The node's ledger events (from, to) in order, and its state in state.json."""
     with open(os.path.join(str(tmp_path), 'run-1', 'ledger.jsonl'), encoding='utf-8') as handle:
         events = [json.loads(line) for line in handle]
-    with open(os.path.join(str(tmp_path), 'run-1', 'state.json'), encoding='utf-8') as handle:
-        state = json.load(handle)
+    state = RunLedger.open(FileBackend(str(tmp_path)), 'run-1').state     # state.json and the events after it
     return [(event['from'], event['to']) for event in events if event['node'] == node], state['nodes'][node]
 
 
@@ -196,7 +195,7 @@ def test_batch_mode_stops_at_a_failing_canary(fleet, tmp_path):
     fleet.fleet('fault', nodes[0], 'diag_fail')
     results = str(tmp_path / 'results')
     values = dict(SIM_VARS, gpufleet_hosts=','.join(nodes), gpufleet_serial=[1, 2], gpufleet_max_fail_percentage=0,
-                  gpufleet_results_dir=results)
+                  gpufleet_results_dir=results, gpufleet_run_dir=str(tmp_path / 'runs'))
     try:
         run = fleet.playbook(ROLLING_RESTART, '-e', json.dumps(values))
     finally:
@@ -214,6 +213,12 @@ def test_batch_mode_stops_at_a_failing_canary(fleet, tmp_path):
         assert json.load(handle)['state'] == 'quarantined'
     # The later batch never started: its nodes are untouched.
     assert all('DRAIN' not in slurm(fleet, node)['State'] for node in nodes[1:])
+    # Batch mode on the rails of window mode: one run in the ledger, paused by the failure budget, the node's final event in it.
+    events, state = run_ledger(str(tmp_path / 'runs'))
+    assert (state['mode'], state['status'], state['pause']['rule']) == ('batch', 'paused', 'budget'), state['pause']
+    assert {node: state['nodes'][node]['state'] for node in nodes} == {'gpu-06': 'quarantined', 'gpu-07': 'pending', 'gpu-08': 'pending'}
+    finals = [event for event in events if event['node'] == 'gpu-06' and event['to'] == 'quarantined']
+    assert len(finals) == 1 and finals[0]['details']['signature'][0] == 'validate', finals
 
 
 CONVERGE = os.path.join(ROOT, 'playbooks', 'converge.yml')
@@ -249,8 +254,7 @@ def test_converge_only_the_drifted_then_roll_back(fleet, tmp_path, mode):
         values = dict(SIM_VARS, gpufleet_hosts=node, gpufleet_results_dir=results, **window)
         if playbook == CONVERGE:
             values['gpufleet_pin'] = PIN_580
-        if window:
-            values['gpufleet_run_dir'] = str(tmp_path / ('runs-' + name))
+        values['gpufleet_run_dir'] = str(tmp_path / ('runs-' + name))
         return fleet.playbook(playbook, '-e', json.dumps(values))
 
     run = play(CONVERGE, first, 'converge')
@@ -258,10 +262,10 @@ def test_converge_only_the_drifted_then_roll_back(fleet, tmp_path, mode):
     assert results_of(first)[node]['state'] == 'done', results_of(first)
     assert loaded_driver(fleet, node)['driver'] == '580.65.06'
     booted = loaded_driver(fleet, node)['boot_id']
-    if window:
-        events, state = run_ledger(str(tmp_path / 'runs-converge'))
-        assert (state['status'], state['nodes'][node]['state']) == ('finished', 'done'), state
-        assert [event['to'] for event in events if event['node'] == node][:2] == ['admitted', 'cordoned']
+    events, state = run_ledger(str(tmp_path / 'runs-converge'))
+    assert (state['mode'], state['status'], state['nodes'][node]['state']) == (mode, 'finished', 'done'), state
+    assert [event['to'] for event in events if event['node'] == node][:2] == ['admitted', 'cordoned']
+    assert all(state['pin'][name] == version for name, version in PIN_580.items()), state['pin']     # the recorded pin
 
     again = play(CONVERGE, second, 'again')
     assert again.rc == 0, failures(again)
@@ -273,9 +277,8 @@ def test_converge_only_the_drifted_then_roll_back(fleet, tmp_path, mode):
     assert results_of(back)[node]['state'] == 'done', results_of(back)
     assert loaded_driver(fleet, node)['driver'] == '550.127.05'
     assert 'DRAIN' not in slurm(fleet, node)['State']
-    if window:
-        _events, state = run_ledger(str(tmp_path / 'runs-rollback'))
-        assert (state['status'], state['nodes'][node]['state']) == ('finished', 'done'), state
+    _events, state = run_ledger(str(tmp_path / 'runs-rollback'))
+    assert (state['status'], state['nodes'][node]['state']) == ('finished', 'done'), state
 
 
 # nccl-tests all_reduce_perf (installed per node with `fleet nccl-tests`) and the driver_reload fallback (fault gpu_held).

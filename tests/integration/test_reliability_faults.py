@@ -103,8 +103,8 @@ def events_of(run_dir, run_id=None):
 
 def state_of(run_dir, run_id=None):
     runs = [run_id] if run_id else [name for name in os.listdir(run_dir) if name != 'locks']
-    with open(os.path.join(run_dir, runs[0], 'state.json'), encoding='utf-8') as handle:
-        return json.load(handle)
+    # The reader's rule: state.json (written at run events) and the snapshots, plus the events after them.
+    return _ledger.RunLedger.open(_ledger.FileBackend(run_dir), runs[0]).state
 
 
 def poll(condition, timeout, what):

@@ -89,8 +89,8 @@ def ledger(run_dir, run_id=None):
     run_id = run_id or only_run(run_dir)
     with open(os.path.join(run_dir, run_id, 'ledger.jsonl'), encoding='utf-8') as handle:
         events = [json.loads(line) for line in handle]
-    with open(os.path.join(run_dir, run_id, 'state.json'), encoding='utf-8') as handle:
-        state = json.load(handle)
+    # The reader's rule: state.json (written at run events) and the snapshots, plus the events after them.
+    state = _ledger.RunLedger.open(_ledger.FileBackend(run_dir), run_id).state
     return events, state
 
 
@@ -252,6 +252,10 @@ def test_resume_after_the_controller_is_killed(fleet, tmp_path):
     assert {node: state['nodes'][node]['state'] for node in nodes.split(',')} == {node: 'done' for node in nodes.split(',')}
     resumed = [event for event in events[events_after_kill:] if event['node'] == caught and event['to'] == 'admitted']
     assert resumed and resumed[0]['from'] != 'pending' and 'caught' in resumed[0]['reason'], resumed
+    # Every node's final event is written once (one writer: the node's procedure), with what the gate needs in it.
+    finals = [event for event in events if event['node'] and event['to'] in FINAL and event['from'] not in FINAL]
+    assert sorted(event['node'] for event in finals) == sorted(nodes.split(',')), finals
+    assert all(event['details']['gpu_count'] == 8 and 'phase_times' in event['details'] for event in finals), finals
     # The node caught mid-way was validated before it was put back in service.
     assert 'DRAIN' not in slurm_state(fleet, caught)['State']
     with open(os.path.join(run_dir, run_id, 'results', caught + '.json'), encoding='utf-8') as handle:
@@ -456,16 +460,18 @@ def test_nothing_is_admitted_outside_the_maintenance_window(fleet, tmp_path):
     assert 'outside the maintenance window' in process.stdout
 
 
-def finished_run(run_dir, run_id, nodes, final, inventory, finish=True):
+def finished_run(run_dir, run_id, nodes, final, inventory, finish=True, pin=None, details=None):
     """A run's ledger written through _ledger as the gate and node_upgrade write it: ``nodes`` walked to their ``final`` state
-    (pending when not in it), the run finished when every node is final and ``finish``, else running."""
+    (pending when not in it; ``details``: node -> what its final event carries), the run finished when every node is final
+    and ``finish``, else running; ``pin``: the run's recorded pin."""
     backend = _ledger.FileBackend(run_dir)
     ledger_ = _ledger.RunLedger.create(backend, run_id, inventory=inventory, policy={'gpufleet_window': 1, 'gpufleet_canary': 0},
-                                       nodes={node: {'gpus': 8} for node in nodes})
+                                       nodes={node: {'gpus': 8} for node in nodes}, pin=pin)
     for node, state in final.items():
         ledger_.transition(node, 'admitted', 'admitted: 1 of 1 in flight')
         for step in _rollout.walk('admitted', state):
-            ledger_.transition(node, step, 'recorded by the test as node_upgrade records it')
+            ledger_.transition(node, step, 'recorded by the test as node_upgrade records it',
+                               details=(details or {}).get(node) if step == state else None)
     if finish and set(final) == set(nodes):
         ledger_.set_status('finished', 'every node is final')
     return ledger_
@@ -517,11 +523,10 @@ def test_resume_confirms_done_nodes_and_sends_a_failing_one_back(fleet, tmp_path
     back, the full validation passes) and ends done again."""
     run_dir = str(tmp_path / 'runs')
     inventory = _rollout.inventory_id([fleet.inventory])
-    finished_run(run_dir, 'resumed-run', ['gpu-01', 'gpu-02'], {'gpu-01': 'done', 'gpu-02': 'done'}, inventory, finish=False)
+    # The GPUs gpu-01 showed when it passed: in its final event.
+    finished_run(run_dir, 'resumed-run', ['gpu-01', 'gpu-02'], {'gpu-01': 'done', 'gpu-02': 'done'}, inventory, finish=False,
+                 details={'gpu-01': {'gpu_count': 8}})
     results = os.path.join(run_dir, 'resumed-run', 'results')
-    os.makedirs(results)
-    with open(os.path.join(results, 'gpu-01.json'), 'w', encoding='utf-8') as handle:
-        json.dump({'state': 'done', 'facts_after': {'gpu_count': 8}}, handle)     # the GPUs it showed when it passed
     events_before = len(ledger(run_dir)[0])
     stopped = fleet.node_exec('gpu-02', 'systemctl', 'stop', 'nvidia-fabricmanager')
     assert stopped.returncode == 0, stopped.stderr
@@ -542,6 +547,52 @@ def test_resume_confirms_done_nodes_and_sends_a_failing_one_back(fleet, tmp_path
         result = json.load(handle)
     assert {check['name']: check['passed'] for check in result['validation']}['fabric_manager'] is True
     assert [event['node'] for event in admissions(new)].count('gpu-01') == 0
+
+
+PIN_OTHER = {'driver': '580.65.06', 'fabric_manager': '580.65.06'}
+
+
+def test_a_resume_with_a_changed_pin_is_refused_and_nothing_is_touched(fleet, tmp_path):
+    """A run recorded its pin at the start; the pin file changed since. The resume is refused on localhost before any node
+    (no event written, no node drained), naming both pins and how to start a new run."""
+    run_dir = str(tmp_path / 'runs')
+    inventory = _rollout.inventory_id([fleet.inventory])
+    finished_run(run_dir, 'pinned-run', ['gpu-01', 'gpu-02'], {'gpu-01': 'done'}, inventory, finish=False, pin=PIN_OTHER)
+    events_before = ledger(run_dir)[0]
+    pin_file = tmp_path / 'baseline.yml'
+    pin_file.write_text('driver: 580.82.07\nfabric_manager: 580.82.07\n')
+    process = rollout(fleet, run_dir, gpufleet_hosts='gpu-01,gpu-02', gpufleet_window=1, gpufleet_canary=0, gpufleet_pin_file=str(pin_file))
+    assert process.returncode != 0
+    assert 'gpufleet_pin_file: pins driver 580.82.07' in process.stdout and 'run pinned-run recorded driver 580.65.06' in process.stdout, \
+        failures(process)
+    assert 'gpufleet_run_id=<a new id>' in process.stdout
+    assert ledger(run_dir)[0] == events_before                     # nothing written
+    assert 'DRAIN' not in slurm_state(fleet, 'gpu-02')['State']      # nothing touched
+
+
+def test_a_node_released_while_off_the_runs_pin_is_not_done(fleet, tmp_path):
+    """A node quarantined in a run on another pin, healthy now: the release validates it against the run's recorded pin (not
+    the operator's variables), refuses it with the reason and leaves it quarantined and drained; never done on its health alone."""
+    run_dir = str(tmp_path / 'runs')
+    inventory = _rollout.inventory_id([fleet.inventory])
+    finished_run(run_dir, 'release-run', ['gpu-03'], {'gpu-03': 'quarantined'}, inventory, finish=False,
+                 pin=dict(PIN_OTHER, driver='580.0.1'))
+    environment = fleet.vars['gpufleet_slurm_environment']
+    slurm_sim.scontrol(environment, 'update', 'NodeName=gpu-03', 'State=DRAIN', 'Reason=gpufleet quarantine test')
+    try:
+        release = dict(SIM_VARS, gpufleet_run_dir=run_dir, gpufleet_run_id='release-run', gpufleet_verb='release', gpufleet_nodes='gpu-03',
+                       gpufleet_scheduler='slurm', gpufleet_slurm_environment=environment, node_validate_diag_levels=[])
+        process = run(fleet, CONTROL, None, release)
+        assert process.returncode == 0, failures(process)
+        events, state = ledger(run_dir)
+        assert state['nodes']['gpu-03']['state'] == 'quarantined', state['nodes']['gpu-03']
+        reason = state['nodes']['gpu-03']['reason']
+        assert reason.startswith("release refused: healthy but not on the run's pin") and 'expected 580.0.1' in reason, reason
+        assert [(event['from'], event['to']) for event in events if event['node'] == 'gpu-03'][-2:] == [('quarantined', 'validating'),
+                                                                                                        ('validating', 'quarantined')]
+        assert 'DRAIN' in slurm_state(fleet, 'gpu-03')['State']
+    finally:
+        quarantine_cleanup(fleet, ['gpu-03'])
 
 
 def test_a_deferred_node_is_retried_up_to_gpufleet_retries(fleet, tmp_path):

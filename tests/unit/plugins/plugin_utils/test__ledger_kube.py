@@ -98,7 +98,10 @@ def test_the_same_events_and_state_json_as_the_file_backend(kube, tmp_path):
     assert head['metadata']['annotations'] == {'gpufleet.io/run-id': 'run1', 'gpufleet.io/ledger-bytes': str(len(file_events))}
     assert head['metadata']['labels'] == {'app.kubernetes.io/managed-by': 'gpufleet.lifecycle', 'gpufleet.io/ledger': 'state',
                                           'gpufleet.io/run': backend.head_name('run1')}
-    assert sorted(objects) == [backend.head_name('run1'), backend.chunk_name('run1', 0)]
+    assert sorted(name for name in objects if not name.startswith('gpufleet-doc-')) == [backend.head_name('run1'), backend.chunk_name('run1', 0)]
+    # The ledger's documents: its head, its one shard and the order.
+    assert backend.read_doc('run1', 'head')['status'] == 'finished' and backend.read_doc('run1', 'order') == {'run_id': 'run1', 'order': []}
+    assert set(backend.read_doc('run1', 'nodes-0000')['nodes']) == {'n1', 'n2'}
 
 
 def test_the_fleet_report_reads_a_kubernetes_ledger_as_a_file_one(kube, tmp_path):
@@ -156,9 +159,10 @@ def test_a_missing_snapshot_is_rebuilt_from_the_events(kube, tmp_path):
 def test_events_go_to_sealed_chunks_a_reader_follows(kube, tmp_path):
     backend, store = kube
     backend.chunk_bytes = 450
+    backend.event_bytes = 0
     happy_run(backend)
     objects = configmaps(store, backend.namespace)
-    chunks = [objects[name] for name in sorted(objects) if name != backend.head_name('run1')]
+    chunks = [objects[name] for name in sorted(objects) if name.startswith(backend.head_name('run1') + '-')]
     assert len(chunks) >= 3
     assert all(chunk['metadata']['annotations'].get('gpufleet.io/sealed') == 'true' for chunk in chunks[:-1])
     assert 'gpufleet.io/sealed' not in chunks[-1]['metadata']['annotations']
@@ -187,6 +191,7 @@ def test_a_large_snapshot_is_gzipped_and_a_too_large_one_left_out(kube, tmp_path
     assert fresh.read_snapshot('big') == ledger.state
     backend.snapshot_bytes = 100
     ledger.transition('node-0001', 'admitted', 'window')
+    ledger.set_status('paused', 'checking')     # state.json is written at run events
     head = store.get('configmaps', backend.namespace, backend.head_name('big'))
     assert 'data' not in head and 'binaryData' not in head
     assert fresh.read_snapshot('big') is None
@@ -195,7 +200,7 @@ def test_a_large_snapshot_is_gzipped_and_a_too_large_one_left_out(kube, tmp_path
 
 def test_an_event_too_large_for_a_chunk_is_refused(kube):
     backend, _store = kube
-    backend.chunk_bytes = 300
+    backend.chunk_bytes = backend.event_bytes = 300
     ledger = RunLedger.create(backend, 'run1', nodes={'n1': {}})
     with pytest.raises(LedgerError, match='does not fit a ConfigMap chunk'):
         ledger.transition('n1', 'admitted', 'x' * 400)
@@ -214,7 +219,7 @@ def test_a_conflict_is_re_read_and_what_others_wrote_is_kept(kube):
     def meddle(kind, namespace, body):
         # Someone labels the object between our read and our write: its resourceVersion moves on.
         name = body['metadata']['name']
-        if kind == 'ConfigMap' and name not in labelled:
+        if kind == 'ConfigMap' and name not in labelled and not name.startswith('gpufleet-doc-'):
             labelled.append(name)
             current = store.get('configmaps', namespace, name)
             changed = json.loads(json.dumps(current))
@@ -223,13 +228,15 @@ def test_a_conflict_is_re_read_and_what_others_wrote_is_kept(kube):
         return replace(kind, namespace, body)
     api.replace = meddle
     ledger.transition('n1', 'admitted', 'window')
+    ledger.set_status('paused', 'checking')     # state.json is written at run events
     chunk = store.get('configmaps', backend.namespace, backend.chunk_name('run1', 0))
     head = store.get('configmaps', backend.namespace, backend.head_name('run1'))
     assert sorted(labelled) == sorted([backend.chunk_name('run1', 0), backend.head_name('run1')])
     assert chunk['metadata']['labels']['team'] == 'ops' and head['metadata']['labels']['team'] == 'ops'
-    assert [json.loads(line)['to'] for line in chunk['data']['ledger.jsonl'].splitlines()] == ['running', 'admitted']
+    assert [json.loads(line)['to'] for line in chunk['data']['ledger.jsonl'].splitlines()] == ['running', 'admitted', 'paused']
     assert json.loads(head['data']['state.json'])['nodes']['n1']['state'] == 'admitted'
-    conflicts = [entry['path'].rsplit('/', 1)[1] for entry in store.requests if entry['method'] == 'PUT' and entry['code'] == 409]
+    conflicts = [entry['path'].rsplit('/', 1)[1] for entry in store.requests if entry['method'] == 'PUT' and entry['code'] == 409
+                 and 'gpufleet-doc-' not in entry['path']]
     assert sorted(conflicts) == sorted(labelled)
 
 
@@ -251,6 +258,7 @@ def test_an_older_snapshot_never_replaces_a_newer_one(kube):
     ledger = RunLedger.create(backend, 'run1', nodes=NODES)
     old_state = json.loads(json.dumps(ledger.state))
     ledger.transition('n1', 'admitted', 'window')
+    ledger.set_status('paused', 'checking')
     backend.write_snapshot('run1', old_state)
     head = store.get('configmaps', backend.namespace, backend.head_name('run1'))
     assert json.loads(head['data']['state.json'])['nodes']['n1']['state'] == 'admitted'
@@ -335,7 +343,13 @@ def test_forked_workers_on_two_controllers_serialise_their_appends(kube, tmp_pat
         assert [event['to'] for event in events if event['node'] == name] == HAPPY
     state = RunLedger.open(backend, 'race').state
     assert all(record['state'] == 'done' for record in state['nodes'].values())
-    assert backend.read_snapshot('race') == _ledger.rebuild(backend, 'race')
+    # state.json lags mid-run; with the events after its ledger_bytes it is the state.
+    snapshot = backend.read_snapshot('race')
+    more, offset = backend.read_events('race', snapshot['ledger_bytes'])
+    for event in more:
+        _ledger.apply_event(snapshot, event)
+    snapshot['ledger_bytes'] = offset
+    assert snapshot == _ledger.rebuild(backend, 'race') == state
 
 
 def test_only_one_controller_admits_a_node(kube, tmp_path):
@@ -487,3 +501,43 @@ def test_binary_snapshot_round_trip_is_plain_gzip_of_state_json(kube):
     ledger = RunLedger.create(backend, 'run1', nodes=NODES)
     packed = store.get('configmaps', backend.namespace, backend.head_name('run1'))['binaryData']['state.json.gz']
     assert json.loads(gzip.decompress(base64.b64decode(packed))) == ledger.state
+
+
+# ------------------------------------------------------------------------------------------------ run documents, head and shards
+
+def test_run_documents_are_configmaps_of_the_run(kube, tmp_path):
+    backend, store = kube
+    assert backend.read_doc('run1', 'waiting') is None
+    with backend.exclusive('run1'):
+        backend.write_doc('run1', 'waiting', {'nodes': ['a', 'b']})
+    obj = store.get('configmaps', backend.namespace, backend.doc_name('run1', 'waiting'))
+    assert obj['metadata']['annotations'] == {'gpufleet.io/run-id': 'run1', 'gpufleet.io/doc': 'waiting'}
+    assert obj['metadata']['labels']['gpufleet.io/ledger'] == 'doc' and len(backend.doc_name('run1', 'waiting')) <= 63
+    # Another controller reads it, and a write by someone else in between is re-read, not refused.
+    other = _ledger.open_backend(dict(backend.spec(), run_dir=str(tmp_path / 'other')))
+    assert other.read_doc('run1', 'waiting') == {'nodes': ['a', 'b']}
+    backend.write_doc('run1', 'waiting', {'nodes': []})
+    other.write_doc('run1', 'waiting', {'nodes': ['c']})
+    assert backend.read_doc('run1', 'waiting') == {'nodes': ['c']} and backend.run_ids() == []
+    with pytest.raises(LedgerError, match='run document name'):
+        backend.write_doc('run1', 'state', {})
+
+
+def test_a_fresh_controller_reads_the_head_and_the_tail_chunk_only(kube, tmp_path):
+    backend, store = kube
+    backend.chunk_bytes = 2000
+    nodes = {'gpu-%03d' % index: {'domain': 'r%d' % (index % 4), 'gpus': 8} for index in range(150)}
+    ledger = RunLedger.create(backend, 'big', inventory='inv', policy={'gpufleet_window': 8}, nodes=nodes)
+    for name in sorted(nodes)[:60]:
+        ledger.transition(name, 'admitted', 'window')
+        ledger.transition(name, 'cordoned', 'x')
+    fresh = _ledger.open_backend(dict(backend.spec(), run_dir=str(tmp_path / 'fresh')))
+    before = len(store.requests)
+    reader = RunLedger.open(fresh, 'big')
+    view = reader.gate_view('gpu-140')
+    gets = [entry['path'].rsplit('/', 1)[1] for entry in store.requests[before:] if entry['method'] == 'GET']
+    chunks = [name for name in gets if name.startswith(backend.head_name('big') + '-0')]
+    assert len(chunks) <= 2, gets      # not every chunk from the first
+    assert view.total == 150 and len(view.nodes) == 61 and reader.head['counts'] == {'pending': 90, 'cordoned': 60}
+    reader.transition('gpu-140', 'admitted', 'window')
+    assert RunLedger.open(backend, 'big').state == _ledger.rebuild(backend, 'big')

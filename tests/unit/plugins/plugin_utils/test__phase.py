@@ -69,7 +69,7 @@ def test_record_walks_a_node_through_a_whole_procedure(tmp_path):
     assert walked == [('pending', 'admitted'), ('admitted', 'cordoned'), ('cordoned', 'drained'), ('drained', 'converging'),
                       ('converging', 'rebooting'), ('rebooting', 'validating'), ('validating', 'done')]
     assert events[-1]['reason'] == 'validated'
-    state = json.load(open(os.path.join(str(tmp_path), 'run1', 'state.json'), encoding='utf-8'))
+    state = RunLedger.open(FileBackend(str(tmp_path)), 'run1').state      # state.json and the events after it
     assert state['nodes']['gpu-01']['state'] == 'done' and state['nodes']['gpu-02']['state'] == 'pending'
 
 

@@ -13,6 +13,7 @@ import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _phase
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._policy import load_policy
 from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import read_fixture
@@ -163,36 +164,64 @@ def ledger_state(tmp_path, states):
     return ledger.state
 
 
-def test_rollout_view_takes_signatures_from_the_results(tmp_path):
-    failed = ['admitted', 'cordoned', 'drained', 'converging', 'rolling_back', 'quarantined']
-    state = ledger_state(tmp_path, {'n1': failed, 'n2': failed})
-    result = {'state': 'quarantined', 'phase': 'rollback_validate', 'validation': [
-        {'name': 'dcgm_diag_r1', 'passed': False, 'message': 'GPU 3 failed the software test on n1'}]}
-    other = [{'name': 'dcgm_diag_r1', 'passed': False, 'message': 'GPU 5 failed the software test on n2'}]
-    results = {'n1': result, 'n2': dict(result, validation=other)}
-    view = _rollout.rollout_view(state, results)
+def test_rollout_view_takes_signatures_from_the_final_events(tmp_path):
+    """How a node failed is in its final ledger event (written by upgrade_phase): the detector reads nothing else."""
+    backend = _ledger.FileBackend(str(tmp_path))
+    ledger = _ledger.RunLedger.create(backend, 'r', nodes={'n1': {}, 'n2': {}, 'n3': {}})
+    for node, gpu in (('n1', 3), ('n2', 5)):
+        result = _upgrade_result('quarantined', 'rollback_validate', [
+            {'name': 'dcgm_diag_r1', 'passed': False, 'message': 'GPU %d failed the software test on %s' % (gpu, node)}])
+        for step in ['admitted', 'cordoned', 'drained', 'converging', 'rolling_back']:
+            ledger.transition(node, step, 'test')
+        _phase.record(ledger, node, 'quarantined', 'failed', details=_phase.final_details(result, node))
+    # A fresh reader (another controller) of the same ledger, no result file anywhere.
+    fresh = _ledger.RunLedger.open(_ledger.FileBackend(str(tmp_path)), 'r')
+    view = _rollout.rollout_view(_ledger.node_view(fresh.state))
     assert view.nodes['n1'].signature is not None
     assert view.nodes['n1'].signature == view.nodes['n2'].signature
     policy = load_policy({'gpufleet_window': 2, 'gpufleet_canary': 0, 'gpufleet_max_fail_percentage': None,
                           'gpufleet_circuit_breaker_threshold': None})
     decision = _gate.admit(policy, view, _gate.SchedulerView(), 'n3', NOW)
     assert (decision.action, decision.rule) == ('pause', 'pin_suspect') and 'roll back the pin' in decision.reason
-    # Without the results the detector has nothing to compare: the rule depends on them.
-    plain = _rollout.rollout_view(state, {})
-    assert _gate.admit(policy, plain, _gate.SchedulerView(), 'n3', NOW).action == 'admit'
+    # Without the signatures in the events the detector has nothing to compare: the rule depends on them.
+    plain = ledger_state(tmp_path / 'plain', {'n1': ['admitted', 'quarantined'], 'n2': ['admitted', 'quarantined'], 'n3': []})
+    assert _gate.admit(policy, _rollout.rollout_view(_ledger.node_view(plain)), _gate.SchedulerView(), 'n3', NOW).action == 'admit'
 
 
-def test_rollout_view_ignores_a_result_of_another_state(tmp_path):
-    state = ledger_state(tmp_path, {'n1': ['admitted', 'cordoned', 'drained', 'converging', 'rolling_back', 'rolled_back']})
-    view = _rollout.rollout_view(state, {'n1': {'state': 'done'}})
-    assert view.nodes['n1'].signature is None
+def _upgrade_result(state, phase, validation):
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _upgrade  # pylint: disable=import-outside-toplevel
+    return _upgrade.result(state, phase, reason='failed', validation={'checks': validation}, rma=False)
 
 
-def test_node_results_reads_files(tmp_path):
-    (tmp_path / 'n1.json').write_text(json.dumps({'state': 'done'}))
-    (tmp_path / 'n2.json').write_text('{torn')
-    assert _rollout.node_results(str(tmp_path), ['n1', 'n2', 'n3']) == {'n1': {'state': 'done'}}
-    assert _rollout.node_results('', ['n1']) == {}
+def test_final_details_carry_what_the_gate_and_the_report_need():
+    result = _upgrade_result('rolled_back', 'validate', [{'name': 'pin', 'passed': False, 'message': 'off the pin: driver 550 on n1'}])
+    details = _phase.final_details(result, 'n1', {'gpu_count': 8}, {'gpu_count': 7})
+    assert details['signature'] == ['validate', [['pin', 'off the pin: driver # on <node>']]]
+    assert details['gpu_count'] == 7 and details['rma_suspect'] is False and details['phase'] == 'validate'
+    assert json.loads(json.dumps(details)) == details          # JSON as it is, for the ledger
+    assert _phase.final_details(_upgrade_result('done', 'uncordon', []), 'n1', {'gpu_count': 8}, None)['signature'] is None
+    assert _phase.final_details(_upgrade_result('done', 'uncordon', []), 'n1', {'gpu_count': 8}, None)['gpu_count'] == 8
+
+
+@pytest.mark.parametrize('state, reason, expected', [
+    ('done', 'ok', ('done', 'ok')),
+    ('deferred', 'drain timed out', ('deferred', 'drain timed out')),
+    ('', 'boom', ('quarantined', 'the recovery failed, the node stays cordoned: boom')),
+    (None, None, ('quarantined', 'no result from node_upgrade; the node may be cordoned')),
+    ('validating', 'x', ('quarantined', 'no result from node_upgrade; the node may be cordoned')),
+])
+def test_final_state_is_decided_in_one_place(state, reason, expected):
+    assert _phase.final_state(state, reason) == expected
+
+
+def test_a_final_event_has_one_writer(tmp_path):
+    ledger = _ledger.RunLedger.create(_ledger.FileBackend(str(tmp_path)), 'r', nodes={'n1': {}})
+    for step in ['admitted', 'cordoned', 'drained', 'rebooting', 'validating']:
+        ledger.transition('n1', step, 'x')
+    assert _phase.record(ledger, 'n1', 'done', 'ok') == ['done']
+    assert _phase.record(ledger, 'n1', 'quarantined', 'the safety net, too late') == []
+    finals = [event for event in ledger.backend.read_events('r', 0)[0] if event['node'] == 'n1' and event['to'] in _gate.FINAL]
+    assert len(finals) == 1
 
 
 # ------------------------------------------------------------------------------------------------ order at the gate
@@ -321,15 +350,15 @@ def test_earlier_runs_feed_the_breaker_of_this_run(tmp_path):
     now = datetime.datetime.now(datetime.timezone.utc)
     policy = load_policy({'gpufleet_window': 1, 'gpufleet_canary': 0, 'gpufleet_max_fail_percentage': None,
                           'gpufleet_circuit_breaker_threshold': 2, 'gpufleet_pin_fault_threshold': None})
-    alone = _rollout.rollout_view(state, {})
+    alone = _rollout.rollout_view(_ledger.node_view(state))
     assert _gate.admit(policy, alone, _gate.SchedulerView(), 'n2', now).action == 'admit'
     history = _rollout.breaker_history([earlier], now.timestamp(), policy.circuit_breaker_window)
-    fed = _rollout.rollout_view(state, {}, history)
+    fed = _rollout.rollout_view(_ledger.node_view(state), history)
     decision = _gate.admit(policy, fed, _gate.SchedulerView(), 'n2', now)
     assert (decision.action, decision.rule) == ('pause', 'circuit_breaker') and '2 node(s) quarantined' in decision.reason
     # An operator's reset in any run, after the quarantines, closes it again.
     reset = dict(history, reset=now.timestamp() - 0.001)
-    assert _gate.admit(policy, _rollout.rollout_view(state, {}, reset), _gate.SchedulerView(), 'n2', now).action == 'admit'
+    assert _gate.admit(policy, _rollout.rollout_view(_ledger.node_view(state), reset), _gate.SchedulerView(), 'n2', now).action == 'admit'
 
 
 # ------------------------------------------------------------------------------------------------ retries
@@ -377,10 +406,16 @@ def test_quarantine_escalation_payload(tmp_path):
 
 def test_confirm_expectations_take_the_gpus_the_node_showed_when_it_passed(tmp_path):
     done = ['admitted', 'cordoned', 'drained', 'rebooting', 'validating', 'done']
-    state = ledger_state(tmp_path, {'n1': done, 'n2': done, 'n3': ['admitted']})
-    results = {'n1': {'state': 'done', 'facts_before': {'gpu_count': 8}, 'facts_after': {'gpu_count': 7}},
-               'n3': {'state': 'quarantined', 'facts_after': {'gpu_count': 8}}}
-    assert _rollout.confirm_expectations(state, results) == {'n1': 7, 'n2': None}      # only done nodes; n2 has no result
+    ledger = _ledger.RunLedger.create(_ledger.FileBackend(str(tmp_path)), 'r', nodes={'n1': {}, 'n2': {}, 'n3': {}})
+    for node in ('n1', 'n2'):
+        for step in done[:-1]:
+            ledger.transition(node, step, 'x')
+    ledger.transition('n3', 'admitted', 'x')
+    _phase.record(ledger, 'n1', 'done', 'ok', details=_phase.final_details(_upgrade_result('done', 'uncordon', []), 'n1',
+                                                                           {'gpu_count': 8}, {'gpu_count': 7}))
+    _phase.record(ledger, 'n2', 'done', 'ok')
+    # only done nodes; n2's final event says no GPU count
+    assert _rollout.confirm_expectations(_ledger.RunLedger.open(ledger.backend, 'r').state) == {'n1': 7, 'n2': None}
 
 
 FM_FACTS = {'health': 'ok', 'gpu_count': 8, 'nvswitch_count': 4, 'gpus': [],
@@ -440,3 +475,101 @@ def test_scheduler_retry_doubles_the_pause_up_to_the_cap_and_gives_up_at_the_tim
     assert waited == 100
     assert _rollout.scheduler_retry(5, 1, 5) is None          # timed out: no more tries
     assert _rollout.scheduler_retry(0, 0.01, 5) == (0.2, 0.02)  # never a busy loop
+
+
+# ------------------------------------------------------------------------------------------------ inputs where they enter
+
+@pytest.mark.parametrize('variables, start', [
+    ({'gpufleet_scheduler': 'slrum'}, "gpufleet_scheduler: 'slrum' is not one of slurm, kubernetes, runai, none"),
+    ({'gpufleet_scheduler': ['slurm']}, 'gpufleet_scheduler: '),
+    ({'gpufleet_reboot_method': 'kexec'}, "gpufleet_reboot_method: 'kexec' is not one of os, driver_reload, bmc"),
+    ({'gpufleet_reboot_method': 'none'}, "gpufleet_reboot_method: 'none' is not one of"),
+    ({'gpufleet_ledger_backend': 'etcd'}, "gpufleet_ledger_backend: 'etcd' is not a ledger backend"),
+    ({'gpufleet_ledger_backend': 'kubernetes', 'gpufleet_ledger_lease_seconds': 1}, 'gpufleet_ledger_lease_seconds: must be'),
+])
+def test_a_bad_input_fails_naming_the_variable_first(variables, start):
+    with pytest.raises(_rollout.InputError) as error:
+        _rollout.check_inputs(variables)
+    assert str(error.value).startswith(start) and 'nothing was touched' in str(error.value)
+
+
+@pytest.mark.parametrize('variables', [{}, {'gpufleet_scheduler': 'slurm', 'gpufleet_reboot_method': 'bmc'},
+                                       {'gpufleet_scheduler': '', 'gpufleet_reboot_method': None, 'gpufleet_ledger_backend': 'kubernetes'}])
+def test_good_inputs_pass(variables):
+    _rollout.check_inputs(variables)
+
+
+# ------------------------------------------------------------------------------------------------ the run's recorded pin
+
+PIN_580 = {'driver': '580.65.06', 'fabricmanager': '580.65.06'}
+
+
+def test_a_resume_keeps_the_recorded_pin():
+    assert _rollout.resume_pin('r1', PIN_580, {}) == PIN_580               # no pin given: the recorded one
+    assert _rollout.resume_pin('r1', PIN_580, dict(PIN_580)) == PIN_580     # the same pin
+    assert _rollout.resume_pin('r1', {}, {}) == {}
+
+
+def test_a_resume_with_another_pin_is_refused_naming_both():
+    with pytest.raises(_rollout.InputError) as error:
+        _rollout.resume_pin('r1', PIN_580, dict(PIN_580, driver='580.82.07'), 'gpufleet_pin_file')
+    message = str(error.value)
+    assert message.startswith('gpufleet_pin_file: pins driver 580.82.07')
+    assert 'run r1 recorded driver 580.65.06' in message and 'differs in driver' in message and 'gpufleet_run_id' in message
+    with pytest.raises(_rollout.InputError):
+        _rollout.resume_pin('r1', {}, PIN_580)            # a restart without a pin is not resumed onto a pin
+
+
+def _validation(pin=True, health=True, pin_message='every pinned component reads the pin (driver)'):
+    checks = [{'name': 'health', 'passed': health, 'message': 'x'}]
+    if pin is not None:
+        checks.append({'name': 'pin', 'passed': pin, 'message': pin_message})
+    return {'passed': all(check['passed'] for check in checks), 'checks': checks, 'message': 'failed checks'}
+
+
+def test_a_release_is_done_only_on_the_runs_pin():
+    assert _rollout.release_decision(PIN_580, _validation(), True)[0] == 'done'
+    state, reason = _rollout.release_decision(PIN_580, _validation(pin=False, pin_message='off the pin: driver: expected 580.65.06, '
+                                                                   'actual 550.127.05'), False)
+    assert state == 'quarantined' and 'healthy but not on the run\'s pin' in reason and 'actual 550.127.05' in reason and 'retry' in reason
+    # Validated without the pin (it passed on its health alone): refused, never done.
+    state, reason = _rollout.release_decision(PIN_580, _validation(pin=None), True)
+    assert state == 'quarantined' and 'did not compare the node with the run\'s pin' in reason
+    assert _rollout.release_decision(PIN_580, _validation(health=False), False)[0] == 'quarantined'
+    assert _rollout.release_decision(PIN_580, _validation(), False)[0] == 'quarantined'       # not back in service
+    assert _rollout.release_decision({}, _validation(pin=None), True)[0] == 'done'            # a run without a pin
+    assert _rollout.release_decision(PIN_580, {}, True)[0] == 'quarantined'
+
+
+def test_the_quick_check_of_a_pinned_run_needs_the_pin_check():
+    assert _rollout.confirm_decision(_validation(pin=None), pin=PIN_580)[0] == 'pending'
+    assert _rollout.confirm_decision(_validation(), pin=PIN_580)[0] == 'done'
+
+
+# ------------------------------------------------------------------------------------------------ batch mode on the same rails
+
+def test_a_batch_over_its_failure_share_pauses_the_run(tmp_path):
+    state = ledger_state(tmp_path, {'n1': ['admitted', 'quarantined'], 'n2': ['admitted', 'cordoned', 'drained', 'rebooting', 'validating', 'done'],
+                                    'n3': []})
+    decision = _rollout.batch_stop(state, ['n1', 'n2'], 0)
+    assert (decision.action, decision.rule) == ('pause', 'budget') and '1 of 2 node(s) of this batch failed (n1)' in decision.reason
+    assert _rollout.batch_stop(state, ['n1', 'n2'], 50) is None          # 50 % may fail, 50 % did
+    assert _rollout.batch_stop(state, ['n1', 'n2'], None) is None        # switched off
+    assert _rollout.batch_stop(state, ['n2'], 0) is None                 # this batch passed
+
+
+def test_the_previous_pin_is_that_of_the_newest_finished_run_of_the_inventory():
+    states = [{'inventory': 'inv', 'status': 'finished', 'pin': {'driver': '550'}},
+              {'inventory': 'inv', 'status': 'finished', 'pin': {'driver': '570'}},
+              {'inventory': 'other', 'status': 'finished', 'pin': {'driver': '580'}},
+              {'inventory': 'inv', 'status': 'paused', 'pin': {'driver': '575'}},
+              {'inventory': 'inv', 'status': 'finished', 'pin': {}}]
+    assert _rollout.previous_pin(states, 'inv') == {'driver': '570'}
+    assert _rollout.previous_pin(states, 'none') == {}
+
+
+def test_only_nodes_ahead_that_never_arrived_hold_a_node_back():
+    order = ['a', 'b', 'c', 'd', 'e']
+    assert _rollout.before(order, 'd', {'b'}, 5) == ['a', 'c']
+    assert _rollout.before(order, 'e', set(), 2) == ['a', 'b']
+    assert _rollout.before(order, 'a', set(), 5) == []
