@@ -11,7 +11,8 @@ short_description: The rollout gate - start a run, admit each node under the pol
 version_added: 0.3.0
 description:
   - The controller side of the C(rolling_restart), C(converge) and C(rollback) playbooks (the start, the summary and the
-    finish of a run in both modes; the gate of window mode, C(gpufleet_window)), and of C(plan.yml) and C(rollout_control.yml). Every decision is pure Python in the collection's C(plugin_utils)
+    finish of a run in both modes; the gate of window mode, C(gpufleet_window)), and of C(plan.yml) and C(rollout_control.yml).
+    Every decision is pure Python in the collection's C(plugin_utils)
     (C(_policy), C(_gate), C(_ledger), C(_planner), C(_rollout)); docs/rollout-policy.md describes the rules.
   - "I(step=check) - validates the rollout's inputs (C(gpufleet_scheduler), C(gpufleet_reboot_method), C(gpufleet_ledger_backend)
     and its settings; a bad value fails with a message that starts with the variable's name), the policy variables and each
