@@ -37,22 +37,10 @@ RESULT_KEYS = ('state', 'phase', 'reason', 'marks', 'facts_before', 'facts_after
 
 
 def _write_result(folder, node, document):
-    """<folder>/<node>.json, written atomically (the controller-side copy of the node's result)."""
+    """<folder>/<node>.json, written atomically (the controller-side export of the node's result; an error names the file)."""
     os.makedirs(folder, mode=0o755, exist_ok=True)
     path = os.path.join(folder, '%s.json' % node)
-    temporary = '%s.%d.tmp' % (path, os.getpid())
-    try:
-        with open(temporary, 'w', encoding='utf-8') as handle:
-            handle.write(json.dumps(document, indent=4, sort_keys=True) + '\n')
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except OSError as exc:
-        # A full or read-only file system: say which file.
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise OSError(exc.errno, exc.strerror, path) from None
+    _ledger.write_atomic(path, (json.dumps(document, indent=4, sort_keys=True) + '\n').encode('utf-8'), mode=0o644)
     return path
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r'''
 module: read_pin
 short_description: Read and validate the pinned GPU stack (a pin file or a variable), the one way every role takes a pin
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Reads the pin from a file on the controller (YAML or the runbook's C(baseline.env)) or from a mapping, validates it, and
     returns it with every component present (null = not pinned), the previous (rollback) pin, and the component table.

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r'''
 module: rollout
 short_description: The rollout gate - start a run, admit each node under the policy, record it, finish, plan, operator verbs
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - The controller side of the C(rolling_restart), C(converge) and C(rollback) playbooks (the start, the summary and the
     finish of a run in both modes; the gate of window mode, C(gpufleet_window)), and of C(plan.yml) and C(rollout_control.yml).

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r'''
 module: upgrade_phase
 short_description: Mark a phase of the per-node procedure, or record its result (facts, rollout ledger, results file)
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - The bookkeeping of M(gpufleet.lifecycle.node_upgrade), in one controller-side task per phase; nothing runs on the node.
   - With I(phase), sets the facts C(_node_upgrade_phase) and C(_node_upgrade_marks) (phase start times, from which the result's

@@ -540,15 +540,20 @@ def _fsync_dir(path):
         os.close(fd)
 
 
-def write_atomic(path, data):
-    """Write ``data`` (bytes) to ``path`` atomically: temporary file, fsync, rename, fsync of the folder."""
+def write_atomic(path, data, mode=0o640):
+    """Write ``data`` (bytes) to ``path`` atomically: temporary file, fsync, rename, fsync of the folder.
+
+    The collection's one atomic writer (the ledger's files, the results export, the fleet report's files); ``mode``: the
+    file's permissions (an export others read: 0o644).
+    """
     folder = os.path.dirname(path) or '.'
     temporary = '%s.tmp.%d' % (path, os.getpid())
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, path) from None
     try:
+        os.fchmod(fd, mode)      # the umask does not narrow it
         with os.fdopen(fd, 'wb') as handle:
             handle.write(data)
             handle.flush()

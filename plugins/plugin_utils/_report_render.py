@@ -14,7 +14,6 @@ import datetime
 import io
 import json
 import os
-import tempfile
 from xml.etree import ElementTree
 
 try:
@@ -32,6 +31,7 @@ try:
 except ImportError:
     jsonschema = None
 
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -301,17 +301,10 @@ def validate(report):
 
 
 def _write(folder, name, text):
-    handle, temporary = tempfile.mkstemp(prefix='.%s.' % name, dir=folder)
-    try:
-        with os.fdopen(handle, 'w', encoding='utf-8') as stream:
-            stream.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, os.path.join(folder, name))
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
-    return os.path.join(folder, name)
+    """``<folder>/<name>``, written atomically and readable by others (a textfile collector, a web server)."""
+    path = os.path.join(folder, name)
+    _ledger.write_atomic(path, text.encode('utf-8'), mode=0o644)
+    return path
 
 
 def write_all(report, folder, playbook=None, textfile=None):
