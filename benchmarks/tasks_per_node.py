@@ -10,7 +10,11 @@ callback, and counts every task result of the node, skipped ones included (they 
 include_tasks/include_role results. The controller CPU is the user + system time of ansible-playbook and its children
 (the SSH clients included). Needs root and podman, like the integration tests.
 
-    PATH=$PWD/.venv/bin:$PATH python benchmarks/tasks_per_node.py [--keep] [--state-dir DIR]
+    PATH=$PWD/.venv/bin:$PATH python benchmarks/tasks_per_node.py [--keep] [--state-dir DIR] [--mode role|window|batch]
+
+``--mode window`` / ``--mode batch`` run the whole ``playbooks/rolling_restart.yml`` on the node instead (window 1, canary
+0; or one batch): the node's task results as above, plus the results on localhost (the start, the gate's steps run on
+the node's worker count as the node's, the finish) reported apart, since a rollout pays them too.
 """
 
 import argparse
@@ -37,6 +41,7 @@ sys.path.insert(0, SIM)
 import kube_fleet  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 PLAYBOOK = os.path.join(ROOT, 'tests', 'integration', 'playbooks', 'node_upgrade.yml')
+ROLLING_RESTART = os.path.join(ROOT, 'playbooks', 'rolling_restart.yml')
 PIN_580 = {'driver': '580.65.06', 'fabric_manager': '580.65.06', 'container_toolkit': '1.17.0', 'dcgm': '4.1.0'}
 SIM_VARS = {'gpufleet_boot_time_command': 'stat -c %Z /proc/1', 'gpufleet_reboot_timeout': 45, 'gpufleet_drain_timeout': 20,
             'node_upgrade_wait_sleep': 1}
@@ -101,6 +106,8 @@ def main():
     parser.add_argument('--state-dir', default=os.path.join(ROOT, 'build', 'bench-tasks-per-node'))
     parser.add_argument('--keep', action='store_true', help='leave the fleet up (a second run reuses it, on 580 then)')
     parser.add_argument('--list', action='store_true', help='print every task result')
+    parser.add_argument('--mode', choices=['role', 'window', 'batch'], default='role',
+                        help='role: node_upgrade alone; window, batch: playbooks/rolling_restart.yml in that mode')
     parser.add_argument('--scheduler', choices=['slurm', 'kubernetes'], default='slurm',
                         help='kubernetes: the node is drained through the fake Kubernetes API of tests/sim/kube')
     args = parser.parse_args()
@@ -110,16 +117,25 @@ def main():
         if args.scheduler == 'kubernetes':
             kubeconfig = kube_fleet.serve_fleet(os.path.join(args.state_dir, 'kube'), [NODE])
             variables.update(gpufleet_scheduler='kubernetes', gpufleet_kubeconfig=kubeconfig)
+        playbook = PLAYBOOK
+        if args.mode != 'role':
+            playbook = ROLLING_RESTART
+            variables.update(gpufleet_hosts=NODE, gpufleet_run_dir=os.path.join(args.state_dir, 'runs'), gpufleet_gate_poll=1)
+            if args.mode == 'window':
+                variables.update(gpufleet_window=1, gpufleet_canary=0)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.time()
-        process = subprocess.run(['ansible-playbook', '-i', inventory, PLAYBOOK, '-e', json.dumps(variables)],
+        process = subprocess.run(['ansible-playbook', '-i', inventory, playbook, '-e', json.dumps(variables)],
                                  env=ansible_environment(), cwd=ROOT, capture_output=True, text=True, check=False, timeout=900)
         wall = time.time() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         document = json.loads(process.stdout)
         rows = phases(document, NODE)
-        result = document['plays'][-1]['tasks'][-1]['hosts'].get(NODE, {}).get('node_upgrade_result', {})
+        results = [task['hosts'][NODE]['ansible_facts']['node_upgrade_result'] for play in document['plays'] for task in play['tasks']
+                   if 'node_upgrade_result' in ((task['hosts'].get(NODE) or {}).get('ansible_facts') or {})]
+        result = results[-1] if results else {}
+        controller = phases(document, 'localhost') if args.mode != 'role' else []
         if args.list:
             for row in rows:
                 print('%-10s %-8s %s' % (row[0], row[2], row[1]))
@@ -127,7 +143,9 @@ def main():
         for phase, _name, _status in rows:
             per_phase[phase] = per_phase.get(phase, 0) + 1
         print('state: %s (ansible-playbook rc=%s, %.1f s wall)' % (result.get('state'), process.returncode, wall))
-        print('tasks per node: %d (%d skipped)' % (len(rows), sum(1 for row in rows if row[2] == 'skipped')))
+        print('mode: %s; tasks per node: %d (%d skipped)' % (args.mode, len(rows), sum(1 for row in rows if row[2] == 'skipped')))
+        if controller:
+            print('task results on localhost (the run\'s start and finish, once per run): %d' % len(controller))
         print('per phase: ' + ', '.join('%s %d' % item for item in per_phase.items()))
         print('controller CPU seconds per node: %.2f' % cpu)
         fixed = baseline_cpu(inventory, args.state_dir)
