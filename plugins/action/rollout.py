@@ -32,6 +32,9 @@ VERBS = ('pause', 'resume', 'skip', 'retry', 'release', 'released', 'reset_break
 ARGUMENT_SPEC = dict(
     step=dict(type='str', required=True, choices=list(STEPS)),
     mode=dict(type='str', default='window', choices=list(MODES)),
+    kind=dict(type='str', default=''),
+    fail_states=dict(type='list', elements='str', default=['rolled_back', 'quarantined']),
+    failed_before=dict(type='int', default=0),
     batch=dict(type='list', elements='str', default=[]),
     max_fail_percentage=dict(type='float'),
     nodes=dict(type='list', elements='str', default=[]),
@@ -204,7 +207,7 @@ class ActionModule(ActionBase):
         states = []
         for earlier in [name for name in backend.run_ids() if name != run_id][-max(0, history):] if history else []:
             try:
-                states.append(backend.read_snapshot(earlier) or _ledger.rebuild(backend, earlier))
+                states.append(_ledger.RunLedger.open(backend, earlier).state)      # state.json lags mid-run: the reader's rule
             except (_ledger.LedgerError, OSError, ValueError) as exc:
                 result.setdefault('warnings', []).append(to_native(exc))
         return states
@@ -250,7 +253,7 @@ class ActionModule(ActionBase):
             if other == run_id:
                 continue
             try:
-                states.append(backend.read_snapshot(other) or _ledger.rebuild(backend, other))
+                states.append(_ledger.RunLedger.open(backend, other).state)
             except (_ledger.LedgerError, OSError, ValueError) as exc:
                 result.setdefault('warnings', []).append('circuit breaker: run %s cannot be read: %s' % (other, to_native(exc)))
         return _rollout.breaker_history(states, time.time(), policy.circuit_breaker_window)
@@ -321,18 +324,22 @@ class ActionModule(ActionBase):
             if resume:
                 ledger = _ledger.RunLedger.open(backend, run_id)
                 state = ledger.state
-                # The run's pin is the one it recorded: another one refuses the resume before anything is written.
+                # The run's pin and mode are the ones it recorded: another one refuses the resume before anything is written.
                 _rollout.resume_pin(run_id, state.get('pin'), args['pin'], args['pin_source'])
+                if args['kind'] and state.get('kind') not in (None, args['kind']):
+                    raise GateError('run %s is a %s run, this is %s: it is not resumed by another playbook (its nodes converge to '
+                                    'its own pin). Finish it with %s, or start a new run with -e gpufleet_run_id=<a new id>'
+                                    % (run_id, state.get('kind'), args['kind'], state.get('kind')))
+                if state.get('mode') not in (None, args['mode']):
+                    raise GateError('run %s is a %s-mode run: resume it in %s mode (gpufleet_window %s), or start a new run with '
+                                    '-e gpufleet_run_id=<a new id>' % (run_id, state.get('mode'), state.get('mode'),
+                                                                       'set' if state.get('mode') == 'window' else 'unset'))
                 if state.get('inventory') not in (None, inventory):
                     result.setdefault('warnings', []).append('run %s was started from inventory %s' % (run_id, state.get('inventory')))
                 ledger.add_nodes({node: info for node, info in infos.items() if node not in state['nodes']})
                 if (state.get('pause') or {}).get('by') != 'operator' and state['status'] != 'running' \
                         and any(record['state'] not in _gate.FINAL for record in state['nodes'].values()):
                     ledger.set_status('running', 'resumed')
-                if state.get('mode') not in (None, args['mode']):
-                    raise GateError('run %s is a %s-mode run: resume it in %s mode (gpufleet_window %s), or start a new run with '
-                                    '-e gpufleet_run_id=<a new id>' % (run_id, state.get('mode'), state.get('mode'),
-                                                                       'set' if state.get('mode') == 'window' else 'unset'))
                 if args['mode'] == 'batch':
                     # No gate re-admits a node a crash caught in flight: the start does, and its procedure starts again.
                     for name, record in sorted(state['nodes'].items()):
@@ -351,9 +358,19 @@ class ActionModule(ActionBase):
                 earlier = self._earlier_states(backend, run_id, args['history'], result)
                 order = self._order(infos, {node: info['domain'] for node, info in infos.items()}, scheduler, earlier)
                 ledger = _ledger.RunLedger.create(backend, run_id, inventory=inventory, policy=policy.to_dict(), pin=args['pin'], nodes=infos,
-                                                  mode=args['mode'], previous_pin=_rollout.previous_pin(earlier, inventory), order=order,
+                                                  mode=args['mode'], kind=args['kind'] or None,
+                                                  previous_pin=_rollout.previous_pin(earlier, inventory), order=order,
                                                   breaker_history=self._breaker_history(backend, run_id, policy, result))
             state = ledger.state
+            if args['mode'] == 'batch':
+                # No gate stands before a batch: the run-level rules are checked here, before any node of the first batch is
+                # touched (an operator's pause, a tripped circuit breaker, a pin suspect, a spent budget).
+                held = _gate.pause_decision(policy, _rollout.rollout_view(_ledger.node_view(state), self._breaker_history(backend, run_id, policy, result)),
+                                            _ledger.utcnow())
+                if held is not None:
+                    if state['status'] != 'paused':
+                        ledger.set_status('paused', held.reason, details={'rule': held.rule, 'by': 'gate'})
+                    raise GateError('rollout paused (%s): %s; no batch starts' % (held.rule, held.reason))
         except BaseException:
             backend.release(fleet, run_id)
             raise
@@ -541,7 +558,7 @@ class ActionModule(ActionBase):
         with ledger.locked() as state:
             rollout = _rollout.rollout_view(_ledger.node_view(state), self._breaker(state, args))
             decision = _gate.pause_decision(policy, rollout, _ledger.utcnow()) or \
-                _rollout.batch_stop(state, args['batch'], args['max_fail_percentage'])
+                _rollout.batch_stop(state, args['batch'], args['max_fail_percentage'], args['fail_states'], args['failed_before'])
             if decision is not None and state['status'] != 'paused':
                 ledger.set_status('paused', decision.reason, details={'rule': decision.rule, 'by': 'gate'})
                 pause_set = decision
@@ -565,7 +582,9 @@ class ActionModule(ActionBase):
             if decision is not None and state['status'] != 'paused':
                 ledger.set_status('paused', decision.reason, details={'rule': decision.rule, 'by': 'gate'})
                 pause_set = decision
-            elif decision is None and state['status'] == 'running' and all(record['state'] in _gate.FINAL for record in state['nodes'].values()):
+            elif decision is None and (state['status'] == 'running' or (state.get('pause') or {}).get('rule') == 'batch_budget') \
+                    and all(record['state'] in _gate.FINAL for record in state['nodes'].values()):
+                # Every node is final: nothing is left for a resume; a batch's own stop (Ansible's rule) does not outlive it.
                 counts = _rollout.summary(state)['counts']
                 ledger.set_status('finished', 'every node is final: %s' % ', '.join('%d %s' % (counts[name], name) for name in sorted(counts)))
             report = _rollout.summary(state)

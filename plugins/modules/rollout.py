@@ -20,7 +20,8 @@ description:
   - "I(step=start) (on localhost): validates the C(gpufleet_*) policy variables (a bad value fails naming the variable,
     before any node is touched), takes the fleet lock (a second rollout is refused naming the run that holds it), creates
     C(<run_dir>/<run_id>/ledger.jsonl) and C(state.json) with every node C(pending) (the first event records the pin, the
-    previous pin, the policy, the mode, the order and the circuit breaker's memory), or resumes the run I(run_id) or, when
+    previous pin, the policy, the mode, the playbook (I(kind)), the planned order and the circuit breaker's memory; batch
+    mode runs its nodes in the inventory's order), or resumes the run I(run_id) or, when
     I(run_id) is empty, the last unfinished run of this inventory; returns the fact C(gpufleet_rollout) with the nodes still
     to go in the plan's order (idle nodes first, domains interleaved, checkpoint-aware), a resumed run's C(done) nodes to
     confirm first (C(confirm), with the GPU count each showed when it passed) and what the circuit breaker remembers of the
@@ -39,7 +40,8 @@ description:
   - "I(step=summary) (batch mode, the end of each batch, once): the run's summary from the ledger (the builder I(step=finish)
     uses); pauses the run (once, calling C(gpufleet_escalation)) when a run-level rule of the gate holds (operator, circuit
     breaker, pin suspect, failed canary, failure budget over the run) or the batch's failures exceed I(max_fail_percentage)
-    of I(batch); returns C(paused) (the playbooks then start no further batch)."
+    of I(batch); returns C(paused) (the playbooks then start no further batch). I(step=start) in batch mode checks the same
+    run-level rules before the first batch and fails, touching no node, when one holds."
   - "I(step=settle) (per node, after the role): makes sure the ledger holds the node's final state from I(result)
     (C(node_upgrade_result)); a no-op when the role recorded it. A C(deferred) node (put back as it was: drain timeout,
     disruption budget, a converge that failed before changing the node) goes back to C(pending) for another attempt while it
@@ -87,6 +89,21 @@ options:
     type: str
     default: window
     choices: [window, batch]
+  kind:
+    description:
+      - I(step=start) - which playbook runs the run (C(rolling_restart), C(converge), C(rollback)), recorded; a resume by
+        another playbook is refused naming the run. Empty - not recorded, not checked.
+    type: str
+    default: ''
+  fail_states:
+    description: I(step=summary) - the node states that count as failed hosts for Ansible's rule (C(gpufleet_fail_states)).
+    type: list
+    elements: str
+    default: [rolled_back, quarantined]
+  failed_before:
+    description: I(step=summary) - hosts failed in the play's earlier batches (Ansible counts them against this batch).
+    type: int
+    default: 0
   batch:
     description: I(step=summary) - the hosts of the batch that just ended (C(ansible_play_batch)).
     type: list
@@ -94,8 +111,9 @@ options:
     default: []
   max_fail_percentage:
     description:
-      - I(step=summary) - the share (percent) of the batch's nodes that may fail (C(gpufleet_max_fail_percentage)); more pause
-        the run (rule C(budget)), as Ansible's C(max_fail_percentage) of a batch stops it. Unset - no per-batch stop.
+      - I(step=summary) - C(gpufleet_max_fail_percentage); Ansible's rule for a serial play pauses the run (rule C(batch_budget))
+        when the hosts failed so far (I(failed_before) plus this batch's nodes in I(fail_states)) exceed this share of the
+        batch's size, or when the whole batch failed. Unset - only a batch that failed whole pauses it.
     type: float
   nodes:
     description:

@@ -114,7 +114,7 @@ HEAD_EVERY = 16
 SHARD_EVERY = 512
 RECENT_MAX = 256
 # Run-level fields: what :attr:`RunLedger.head` gives (with ``counts`` and ``total``).
-HEAD_FIELDS = ('run_id', 'status', 'inventory', 'policy', 'pin', 'previous_pin', 'mode', 'started', 'updated', 'pause',
+HEAD_FIELDS = ('run_id', 'status', 'inventory', 'policy', 'pin', 'previous_pin', 'mode', 'kind', 'started', 'updated', 'pause',
                'breaker_reset', 'breaker_history', 'ledger_bytes', 'events')
 DOC_NAME = re.compile(r'^[a-z0-9][a-z0-9_.-]{0,59}$')
 RESERVED_DOCS = ('state', 'ledger')
@@ -190,7 +190,7 @@ def _tuples(value):
 def empty_state(run_id):
     return {'run_id': run_id, 'status': None, 'inventory': None, 'policy': {}, 'pin': {}, 'started': None,
             'updated': None, 'pause': None, 'breaker_reset': None, 'nodes': {}, 'ledger_bytes': 0, 'events': 0,
-            'mode': None, 'previous_pin': {}, 'order': [], 'breaker_history': None}
+            'mode': None, 'kind': None, 'previous_pin': {}, 'order': [], 'breaker_history': None}
 
 
 def _new_node(info):
@@ -214,6 +214,7 @@ def apply_event(state, event):
             state['policy'] = run.get('policy') or {}
             state['pin'] = run.get('pin') or {}
             state['mode'] = run.get('mode')
+            state['kind'] = run.get('kind')
             state['previous_pin'] = run.get('previous_pin') or {}
             state['order'] = list(run.get('order') or [])
             state['breaker_history'] = run.get('breaker_history')
@@ -805,7 +806,7 @@ class RunLedger:
     # -- creation and loading
     @classmethod
     def create(cls, backend, run_id=None, inventory=None, policy=None, pin=None, nodes=None, clock=utcnow, reason='rollout started',
-               mode=None, previous_pin=None, order=None, breaker_history=None):
+               mode=None, previous_pin=None, order=None, breaker_history=None, kind=None):
         """Start a new run's ledger; ``nodes`` maps inventory_hostname to ``{domain, gpus}``.
 
         ``mode``, ``previous_pin``, ``order`` and ``breaker_history`` go to the first event's ``run`` when given.
@@ -818,7 +819,8 @@ class RunLedger:
             run = {'inventory': inventory, 'policy': policy or {}, 'pin': pin or {},
                    'nodes': {name: {'domain': (info or {}).get('domain'), 'gpus': int((info or {}).get('gpus') or 0)}
                              for name, info in (nodes or {}).items()}}
-            for key, value in (('mode', mode), ('previous_pin', previous_pin), ('order', order), ('breaker_history', breaker_history)):
+            for key, value in (('mode', mode), ('kind', kind), ('previous_pin', previous_pin), ('order', order),
+                               ('breaker_history', breaker_history)):
                 if value is not None:
                     run[key] = list(value) if key == 'order' else value
             ledger._record({'node': None, 'from': None, 'to': 'running', 'reason': reason, 'run': run})

@@ -75,6 +75,9 @@ DOC_KEY = 'doc.json'
 EVENTS_KEY = 'ledger.jsonl'
 STATE_KEY = 'state.json'
 STATE_GZ_KEY = 'state.json.gz'
+DOC_GZ_KEY = 'doc.json.gz'
+# A document over this many bytes of JSON is stored gzipped.
+DOC_BYTES = 524288
 # A ConfigMap holds at most 1 MiB (1048576 bytes) of data and binaryData values: room for the metadata and one more event.
 MAX_VALUES = 1048576
 # Small chunks: an event rewrites its chunk (a PUT of the whole ConfigMap), so its cost grows with the chunk, not the run.
@@ -509,8 +512,10 @@ class KubernetesBackend(_ledger.Backend):
             return None
         self._docs[(run_id, name)] = obj
         try:
-            doc = json.loads((obj.get('data') or {}).get(DOC_KEY) or 'null')
-        except ValueError:
+            packed = (obj.get('binaryData') or {}).get(DOC_GZ_KEY)
+            text = gzip.decompress(base64.b64decode(packed)).decode('utf-8') if packed else (obj.get('data') or {}).get(DOC_KEY)
+            doc = json.loads(text or 'null')
+        except (ValueError, OSError, EOFError):
             return None
         return doc if isinstance(doc, dict) else None
 
@@ -518,8 +523,14 @@ class KubernetesBackend(_ledger.Backend):
         """Create or replace the document's ConfigMap with the resourceVersion last seen; a conflict is re-read and retried."""
         where = self.location(run_id, name)
         text = json.dumps(doc, sort_keys=True, separators=(',', ':'))
-        if len(text.encode('utf-8')) > MAX_VALUES - 65536:
-            raise _ledger.LedgerError('%s: a document of %d bytes does not fit a ConfigMap' % (where, len(text.encode('utf-8'))))
+        values = {'data': {DOC_KEY: text}}
+        if len(text.encode('utf-8')) > DOC_BYTES:
+            # A large head (a wide window, many failed nodes): gzipped under binaryData, as the snapshot is.
+            packed = base64.b64encode(gzip.compress(text.encode('utf-8'), mtime=0)).decode('ascii')
+            if len(packed) > MAX_VALUES - 65536:
+                raise _ledger.LedgerError('%s: a document of %d bytes (%d gzipped) does not fit a ConfigMap'
+                                          % (where, len(text.encode('utf-8')), len(packed)))
+            values = {'binaryData': {DOC_GZ_KEY: packed}}
         key = (run_id, name)
         for _attempt in range(CONFLICT_RETRIES):
             try:
@@ -527,12 +538,13 @@ class KubernetesBackend(_ledger.Backend):
                 if obj is None:
                     self._docs[key] = self.api.create('ConfigMap', self.namespace, {'metadata': {
                         'name': self.doc_name(run_id, name), 'labels': self._labels(run_id, 'doc'),
-                        'annotations': {RUN_ID: run_id, DOC: name}}, 'data': {DOC_KEY: text}})
+                        'annotations': {RUN_ID: run_id, DOC: name}}, **values})
                     return
                 if _annotations(obj).get(RUN_ID) != run_id:
                     raise _ledger.LedgerError('%s belongs to run %s, not %s' % (where, _annotations(obj).get(RUN_ID), run_id))
-                obj['data'] = {DOC_KEY: text}
+                obj.pop('data', None)
                 obj.pop('binaryData', None)
+                obj.update(values)
                 self._docs[key] = self.api.replace('ConfigMap', self.namespace, obj)
                 return
             except ApiError as exc:

@@ -479,17 +479,28 @@ def _counts(state):
     return summary(state)['counts']
 
 
-def batch_stop(state, batch, max_fail_percentage):
-    """Batch mode: the pause when more than ``max_fail_percentage`` % of this ``batch``'s nodes failed (Ansible's own
-    ``max_fail_percentage`` of a batch, which then stops the playbook), else None.  ``None`` percentage: no per-batch stop."""
-    if max_fail_percentage is None or not batch:
+def batch_stop(state, batch, max_fail_percentage, fail_states=_gate.FAILED, failed_before=0):
+    """Batch mode: the pause Ansible's own rule would stop the play with after this batch, else None.
+
+    Ansible's linear strategy stops a serial play when the hosts failed so far in the play (``failed_before``, the batches
+    before this one, plus this batch's nodes in ``fail_states``: ``gpufleet_fail_states``) exceed ``max_fail_percentage`` %
+    of this batch's size, and the play stops when every host of a batch failed. The same rule here lets the run pause (rule
+    ``batch_budget``) before the nodes are failed, so the playbook ends its play itself and still finishes the run.
+    ``None`` percentage: only a batch that failed whole stops.
+    """
+    if not batch:
         return None
-    failed = sorted(name for name in batch if (state['nodes'].get(name) or {}).get('state') in _gate.FAILED)
-    if len(failed) * 100.0 <= float(max_fail_percentage) * len(batch):
+    failed = sorted(name for name in batch if (state['nodes'].get(name) or {}).get('state') in tuple(fail_states))
+    total = int(failed_before) + len(failed)
+    whole = len(failed) == len(batch)
+    over = max_fail_percentage is not None and total * 100.0 > float(max_fail_percentage) * len(batch)
+    if not failed or not (whole or over):
         return None
-    return _gate.Decision(_gate.PAUSE, 'budget', 'batch failure budget exceeded: %d of %d node(s) of this batch failed (%s), more than '
+    return _gate.Decision(_gate.PAUSE, 'batch_budget', 'batch failure budget exceeded: %d of %d node(s) of this batch failed (%s)%s, '
                           'gpufleet_max_fail_percentage %s%%: the rollout stops (Ansible\'s max_fail_percentage of a batch)'
-                          % (len(failed), len(batch), ', '.join(failed), ('%g' % float(max_fail_percentage))))
+                          % (len(failed), len(batch), ', '.join(failed),
+                             (', %d in earlier batches' % int(failed_before)) if failed_before else '',
+                             ('%g' % float(max_fail_percentage)) if max_fail_percentage is not None else 'unset'))
 
 
 def escalation_payload(run_id, decision, state):

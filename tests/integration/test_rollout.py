@@ -460,13 +460,13 @@ def test_nothing_is_admitted_outside_the_maintenance_window(fleet, tmp_path):
     assert 'outside the maintenance window' in process.stdout
 
 
-def finished_run(run_dir, run_id, nodes, final, inventory, finish=True, pin=None, details=None):
+def finished_run(run_dir, run_id, nodes, final, inventory, finish=True, pin=None, details=None, **record):
     """A run's ledger written through _ledger as the gate and node_upgrade write it: ``nodes`` walked to their ``final`` state
     (pending when not in it; ``details``: node -> what its final event carries), the run finished when every node is final
     and ``finish``, else running; ``pin``: the run's recorded pin."""
     backend = _ledger.FileBackend(run_dir)
     ledger_ = _ledger.RunLedger.create(backend, run_id, inventory=inventory, policy={'gpufleet_window': 1, 'gpufleet_canary': 0},
-                                       nodes={node: {'gpus': 8} for node in nodes}, pin=pin)
+                                       nodes={node: {'gpus': 8} for node in nodes}, pin=pin, **record)
     for node, state in final.items():
         ledger_.transition(node, 'admitted', 'admitted: 1 of 1 in flight')
         for step in _rollout.walk('admitted', state):
@@ -568,6 +568,28 @@ def test_a_resume_with_a_changed_pin_is_refused_and_nothing_is_touched(fleet, tm
     assert 'gpufleet_run_id=<a new id>' in process.stdout
     assert ledger(run_dir)[0] == events_before                     # nothing written
     assert 'DRAIN' not in slurm_state(fleet, 'gpu-02')['State']      # nothing touched
+
+
+def test_an_unfinished_run_is_resumed_only_by_its_own_playbook_and_a_paused_one_starts_no_batch(fleet, tmp_path):
+    """A converge run left unfinished is not resumed by rolling_restart (nothing written, no node touched); a batch-mode run
+    an operator paused starts no batch when it is run again: the start checks the run-level rules before any node."""
+    run_dir = str(tmp_path / 'runs')
+    inventory = _rollout.inventory_id([fleet.inventory])
+    finished_run(run_dir, 'converge-run', ['gpu-01', 'gpu-02'], {'gpu-01': 'done'}, inventory, finish=False, pin=PIN_OTHER,
+                 kind='converge', mode='window')
+    before = ledger(run_dir)[0]
+    other = rollout(fleet, run_dir, gpufleet_hosts='gpu-01,gpu-02', gpufleet_window=1, gpufleet_canary=0)
+    assert other.returncode != 0 and 'run converge-run is a converge run, this is rolling_restart' in other.stdout, failures(other)
+    assert ledger(run_dir)[0] == before
+
+    paused_dir = str(tmp_path / 'paused')
+    paused = finished_run(paused_dir, 'batch-run', ['gpu-02'], {}, inventory, finish=False, kind='rolling_restart', mode='batch')
+    paused.set_status('paused', 'vendor advisory', details={'rule': 'operator', 'by': 'operator'})
+    again = rollout(fleet, paused_dir, gpufleet_hosts='gpu-02')
+    assert again.returncode != 0 and 'rollout paused (operator): paused by an operator: vendor advisory; no batch starts' in again.stdout, \
+        failures(again)
+    assert [event['to'] for event in ledger(paused_dir)[0] if event['node'] == 'gpu-02'] == []
+    assert 'DRAIN' not in slurm_state(fleet, 'gpu-02')['State']
 
 
 def test_a_node_released_while_off_the_runs_pin_is_not_done(fleet, tmp_path):

@@ -548,14 +548,19 @@ def test_the_quick_check_of_a_pinned_run_needs_the_pin_check():
 
 # ------------------------------------------------------------------------------------------------ batch mode on the same rails
 
-def test_a_batch_over_its_failure_share_pauses_the_run(tmp_path):
+def test_a_batch_over_its_failure_share_pauses_the_run_as_ansible_would_stop_it(tmp_path):
     state = ledger_state(tmp_path, {'n1': ['admitted', 'quarantined'], 'n2': ['admitted', 'cordoned', 'drained', 'rebooting', 'validating', 'done'],
-                                    'n3': []})
+                                    'n3': ['admitted', 'cordoned', 'drained', 'converging', 'rolling_back', 'rolled_back'], 'n4': []})
     decision = _rollout.batch_stop(state, ['n1', 'n2'], 0)
-    assert (decision.action, decision.rule) == ('pause', 'budget') and '1 of 2 node(s) of this batch failed (n1)' in decision.reason
+    assert (decision.action, decision.rule) == ('pause', 'batch_budget') and '1 of 2 node(s) of this batch failed (n1)' in decision.reason
     assert _rollout.batch_stop(state, ['n1', 'n2'], 50) is None          # 50 % may fail, 50 % did
-    assert _rollout.batch_stop(state, ['n1', 'n2'], None) is None        # switched off
     assert _rollout.batch_stop(state, ['n2'], 0) is None                 # this batch passed
+    # Ansible counts the hosts failed in earlier batches against this batch's size.
+    assert _rollout.batch_stop(state, ['n1', 'n2'], 50, failed_before=1).rule == 'batch_budget'
+    # A whole batch failed stops the play whatever the percentage; a state the user does not count as failed is not one.
+    assert _rollout.batch_stop(state, ['n1', 'n3'], 100).rule == 'batch_budget'
+    assert _rollout.batch_stop(state, ['n1', 'n3'], None).rule == 'batch_budget'
+    assert _rollout.batch_stop(state, ['n2', 'n3'], 0, fail_states=['quarantined']) is None
 
 
 def test_the_previous_pin_is_that_of_the_newest_finished_run_of_the_inventory():
