@@ -10,17 +10,23 @@ callback, and counts every task result of the node, skipped ones included (they 
 include_tasks/include_role results. The controller CPU is the user + system time of ansible-playbook and its children
 (the SSH clients included). Needs root and podman, like the integration tests.
 
-    PATH=$PWD/.venv/bin:$PATH python benchmarks/tasks_per_node.py [--keep] [--state-dir DIR] [--mode role|window|batch]
+    PATH=$PWD/.venv/bin:$PATH python benchmarks/tasks_per_node.py [--keep] [--state-dir DIR] [--mode role|window|batch] [--files]
 
 ``--mode window`` / ``--mode batch`` run the whole ``playbooks/rolling_restart.yml`` on the node instead (window 1, canary
 0; or one batch): the node's task results as above, plus the results on localhost (the start, the gate's steps run on
 the node's worker count as the node's, the finish) reported apart, since a rollout pays them too.
+
+``--files`` lists the files one node's path crosses, in the order a reader meets them: the YAML files its task results
+came from, the collection's action plugins and modules they ran, and the module_utils / plugin_utils those import
+(benchmarks/callbacks/node_path.py records each result's task file); and the hops (a move to another task file, or a
+call of a collection plugin). Filters called from templates are not counted.
 """
 
 import argparse
 import collections
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -68,11 +74,68 @@ def phases(document, node):
             facts = outcome.get('ansible_facts') or {}
             if 'node_upgrade_result' in facts:
                 phase = 'report'
-            elif facts.get('_node_upgrade_phase'):
+            elif isinstance(facts.get('_node_upgrade'), dict) and facts['_node_upgrade'].get('phase'):
+                phase = facts['_node_upgrade']['phase']
+            elif facts.get('_node_upgrade_phase'):     # the procedure before issue 25 (a before/after run on an older checkout)
                 phase = facts['_node_upgrade_phase']
             status = 'skipped' if outcome.get('skipped') else 'failed' if outcome.get('failed') else 'ok'
             rows.append((phase, task['task']['name'], status))
     return rows
+
+
+PLUGIN_IMPORT = re.compile(r'^from ansible_collections\.gpufleet\.lifecycle\.plugins\.(module_utils|plugin_utils)(?:\.(_\w+))? import ([\w, ()]+)',
+                           re.MULTILINE)
+
+
+def _plugin_file(action):
+    """The collection file a task's action runs: its action plugin, else its module."""
+    short = action.split('.')[-1]
+    for folder in ('action', 'modules'):
+        path = os.path.join('plugins', folder, short + '.py')
+        if os.path.exists(os.path.join(ROOT, path)):
+            return path
+    return None
+
+
+def _imports(path, seen):
+    """``path`` and the collection's Python files it imports, transitively (module_utils, plugin_utils)."""
+    if path in seen:
+        return
+    seen.append(path)
+    with open(os.path.join(ROOT, path), encoding='utf-8') as handle:
+        text = handle.read()
+    for folder, module, names in PLUGIN_IMPORT.findall(text):
+        candidates = [module] if module else [name.strip() for name in names.strip('()').split(',')]
+        for name in candidates:
+            child = os.path.join('plugins', folder, name + '.py')
+            if os.path.exists(os.path.join(ROOT, child)):
+                _imports(child, seen)
+
+
+def node_path(rows, node):
+    """(files, hops, plugin calls) of ``node``'s task results: the YAML files its tasks came from and the collection's Python
+    files they ran (with what those import), in the order a reader meets them; a hop is a move to another YAML file between
+    two task results, or a task that runs a collection plugin (the reader opens it)."""
+    files, hops, calls, current = [], 0, 0, None
+    for row in rows:
+        if row['host'] != node:
+            continue
+        path = row['path'].rsplit(':', 1)[0]
+        if path:
+            path = os.path.relpath(os.path.realpath(path), ROOT)
+            if path != current:
+                hops += 1 if current is not None else 0
+                current = path
+            if path not in files:
+                files.append(path)
+        action = row['action'] or ''
+        if action.startswith('gpufleet.lifecycle.'):
+            plugin = _plugin_file(action)
+            if plugin:
+                calls += 1
+                hops += 1
+                _imports(plugin, files)
+    return files, hops, calls
 
 
 BASELINE = """---
@@ -110,6 +173,8 @@ def main():
                         help='role: node_upgrade alone; window, batch: playbooks/rolling_restart.yml in that mode')
     parser.add_argument('--scheduler', choices=['slurm', 'kubernetes'], default='slurm',
                         help='kubernetes: the node is drained through the fake Kubernetes API of tests/sim/kube')
+    parser.add_argument('--files', action='store_true',
+                        help="list the files a node's path crosses (YAML task files, the collection's plugins and what they import)")
     args = parser.parse_args()
     inventory = fleet(args.state_dir, 'up', '--nodes', '1', '--scheduler', 'slurm').strip().splitlines()[-1]
     try:
@@ -123,10 +188,15 @@ def main():
             variables.update(gpufleet_hosts=NODE, gpufleet_run_dir=os.path.join(args.state_dir, 'runs'), gpufleet_gate_poll=1)
             if args.mode == 'window':
                 variables.update(gpufleet_window=1, gpufleet_canary=0)
+        environment = ansible_environment()
+        path_file = os.path.join(args.state_dir, 'node-path.json')
+        if args.files:
+            environment.update(ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, 'benchmarks', 'callbacks'), ANSIBLE_CALLBACKS_ENABLED='node_path',
+                               GPUFLEET_NODE_PATH=path_file)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.time()
         process = subprocess.run(['ansible-playbook', '-i', inventory, playbook, '-e', json.dumps(variables)],
-                                 env=ansible_environment(), cwd=ROOT, capture_output=True, text=True, check=False, timeout=900)
+                                 env=environment, cwd=ROOT, capture_output=True, text=True, check=False, timeout=900)
         wall = time.time() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -148,6 +218,12 @@ def main():
             print('task results on localhost (the run\'s start and finish, once per run): %d' % len(controller))
         print('per phase: ' + ', '.join('%s %d' % item for item in per_phase.items()))
         print('controller CPU seconds per node: %.2f' % cpu)
+        if args.files:
+            with open(path_file, encoding='utf-8') as handle:
+                crossed, hops, calls = node_path(json.load(handle), NODE)
+            print('files a node crosses: %d, hops: %d (of them %d calls of the collection\'s plugins)' % (len(crossed), hops, calls))
+            for path in crossed:
+                print('  ' + path)
         fixed = baseline_cpu(inventory, args.state_dir)
         print('of which the play\'s fixed cost (ansible-playbook start, inventory, facts; the same play with one debug task): %.2f;'
               ' the procedure itself: %.2f' % (fixed, cpu - fixed))

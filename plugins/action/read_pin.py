@@ -9,8 +9,7 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._components import COMPONENTS, INSTALLED, READ_ONLY
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import StackError, validate_pin
-from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._pin import PinError, load_pin
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._pin import PinError, read_checked
 
 ARGUMENT_SPEC = dict(
     pin=dict(type='raw'),
@@ -46,20 +45,10 @@ class ActionModule(ActionBase):
                 result.update(failed=True, msg='%s: give either component and version, or a pin' % host)
                 return result
             pin = {args['component']: args['version']}
-        if args['pin_file'] and pin not in (None, {}):
-            result.update(failed=True, msg='%s: %s and a pin file are both set; give one' % (host, args['name']))
-            return result
         try:
-            pins = load_pin(pin=pin, pin_file=args['pin_file'], source=args['name'], find=lambda name: self._find_needle('files', name))
-            # The installed components must also be versions the package rules accept (Fabric Manager on the
-            # driver's branch, driver as NNN.NN.NN, ...): checked here, before any task touches the node.
-            validate_pin(pins['installed'])
+            pins = read_checked(pin=pin, pin_file=args['pin_file'], name=args['name'], find=lambda name: self._find_needle('files', name))
         except PinError as exc:
             result.update(failed=True, msg='%s: %s' % (host, self._named(to_native(exc), args)))
-            return result
-        except StackError as exc:
-            field = self._named(args['name'] + to_native(exc)[len('pin'):], args)
-            result.update(failed=True, msg='%s: %s (from %s)' % (host, field, pins['source']))
             return result
         result.update(pins)
         shown = ', '.join('%s %s' % (component, pins['pin'][component]) for component in pins['pinned'] if component != 'vbios')

@@ -231,9 +231,11 @@ class CallbackModule(CallbackBase):
         facts = data.get('ansible_facts') if isinstance(data.get('ansible_facts'), dict) else {}
         if isinstance(facts.get('node_validate_result'), dict):
             host['validation'] = facts['node_validate_result']
-        if isinstance(facts.get('_node_upgrade_marks'), list):
-            host['marks'] = facts['_node_upgrade_marks']
-        phase = facts.get('_node_upgrade_phase')
+        # The per-node procedure's state (gpufleet.lifecycle.upgrade_phase): its phase and the phases' start times.
+        procedure = facts.get('_node_upgrade') if isinstance(facts.get('_node_upgrade'), dict) else {}
+        if isinstance(procedure.get('marks'), list):
+            host['marks'] = procedure['marks']
+        phase = procedure.get('phase') if procedure.get('next') != 'end' else None
         upgrade = facts.get('node_upgrade_result')
         if phase or isinstance(upgrade, dict):
             self._rollout_play(host)

@@ -466,3 +466,29 @@ def pin_from_installed(installed, manager):
         if version:
             result[component] = version
     return result
+
+
+def named(message, name):
+    """A message about the pin (``pin.driver: ...``) naming the variable it came from (``gpu_stack_pin.driver: ...``)."""
+    return re.sub(r'^pin\b', name, message) if name and name != 'pin' else message
+
+
+def driver_source_problem(pin, driver_source, name='pin'):
+    """Why a pin cannot go to a node whose driver comes from ``driver_source`` ('' when it can): a pinned driver on a node
+    whose driver the GPU Operator's driver container manages would be a second driver on the node."""
+    if isinstance(pin, dict) and pin.get('driver') and driver_source == 'container':
+        return ("%s.driver: this node's driver comes from the GPU Operator's driver container (driver_source=container); "
+                "converge it through the GPU Operator, never a host driver as well" % name)
+    return ''
+
+
+def missing_problem(missing, name='pin'):
+    """The message for the target versions the repository lacks (``missing`` of :func:`plan`), '' when none."""
+    if not missing:
+        return ''
+    fields = []
+    for entry in missing:
+        field = named(str(entry.get('field') or ''), name)
+        if field not in fields:
+            fields.append(field)
+    return 'the repository has no %s (fields: %s)' % (', no '.join(str(entry.get('spec')) for entry in missing), ', '.join(fields))

@@ -74,6 +74,27 @@ options:
       - List installed driver packages of other branches (and other driver sources on RHEL) in RV(strays).
     type: bool
     default: true
+  name:
+    description:
+      - The variable the pin came from, named in every message about it (C(gpu_stack_pin.driver), not C(pin.driver)).
+    type: str
+    default: pin
+  fail_on_missing:
+    description:
+      - Fail, naming the packages and the pin's fields, when the repository lacks a target version (RV(missing) not empty);
+        the pre-flight of C(gpufleet.lifecycle.gpu_stack). Nothing on the node has changed then.
+    type: bool
+    default: false
+  host:
+    description:
+      - The node's inventory name, named first in a refusal (a module does not know it); empty - not named.
+    type: str
+    default: ''
+  driver_source:
+    description:
+      - Where the node's loaded driver comes from (C(driver_source) of C(gpufleet.lifecycle.gpu_facts)). A pin with a C(driver)
+        on a C(container) node (the GPU Operator's driver container) is refused - never a host driver as well.
+    type: str
   command_timeout:
     description:
       - Seconds each package-manager query may run before it is killed with its process group and the task fails naming
@@ -201,6 +222,9 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages impor
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import (
     StackError,
     available_from_repoquery,
+    driver_source_problem,
+    missing_problem,
+    named,
     installed_from_dpkg,
     installed_from_rpm,
     parse_apt_cache_madison,
@@ -287,16 +311,28 @@ def main():
             check_repository=dict(type='bool', default=True),
             purge_other_branches=dict(type='bool', default=True),
             command_timeout=dict(type='int', default=120),
+            name=dict(type='str', default='pin'),
+            fail_on_missing=dict(type='bool', default=False),
+            driver_source=dict(type='str'),
+            host=dict(type='str', default=''),
         ),
         supports_check_mode=True,
     )
     params = module.params
     manager = _manager(module)
+
+    def refuse(message, **extra):
+        extra.pop('msg', None)
+        module.fail_json(msg='%s: %s' % (params['host'], message) if params['host'] else message, **extra)
+
+    refused = driver_source_problem(params['pin'], params['driver_source'], params['name'])
+    if refused:
+        refuse(refused)
     try:
         pin = validate_pin(params['pin'])
         targets = target_packages(pin, manager, params['driver_flavor'], params['revisions'], params['package_versions'])
     except StackError as error:
-        module.fail_json(msg=str(error), field=error.field)
+        refuse(named(str(error), params['name']), field=error.field)
     names = sorted(set(target['name'] for target in targets))
     try:
         gathered = _gather(module, manager, names)
@@ -307,6 +343,9 @@ def main():
     except (PackageParseError, StackError) as error:
         module.fail_json(msg=str(error))
     result['diff'] = _diff(result)
+    problem = missing_problem(result.get('missing'), params['name']) if params['fail_on_missing'] else ''
+    if problem:
+        refuse(problem, **result)
     module.exit_json(**result)
 
 

@@ -7,18 +7,25 @@ from __future__ import annotations
 
 DOCUMENTATION = r'''
 module: upgrade_phase
-short_description: Mark a phase of the per-node procedure, or record its result (facts, rollout ledger, results file)
+short_description: Start, advance or recover the per-node procedure of node_upgrade, or record its result
 version_added: 0.1.0
 description:
-  - The bookkeeping of M(gpufleet.lifecycle.node_upgrade), in one controller-side task per phase; nothing runs on the node.
-  - With I(phase), sets the facts C(_node_upgrade_phase) and C(_node_upgrade_marks) (phase start times, from which the result's
-    seconds per phase come) plus any I(facts), and, when I(ledger) is given, walks the node in the rollout ledger along legal
-    transitions to the state of that phase (C(drain) - C(cordoned), C(converge) - C(drained) then C(converging), C(reboot) -
-    C(rebooting), C(validate) - C(validating), C(rollback) - C(rolling_back)); a node still C(pending) is admitted first.
-  - With I(result), builds the documented C(node_upgrade_result) (docs/upgrade.md), writes it to
-    C(<results_dir>/<inventory_hostname>.json) on the controller (atomically) and moves the node to its final state in the ledger.
-  - A ledger that cannot take the change (not this node's run, an illegal transition) gives a warning, never a lost result; the
-    node keeps its last ledger state, which a resumed rollout re-checks.
+  - The controller-side half of M(gpufleet.lifecycle.node_upgrade); nothing runs on the node. The procedure's state is one fact,
+    C(_node_upgrade); every decision is C(module_utils/_procedure.py), and its C(next) names the step the role's YAML runs next
+    (C(drain), C(converge), C(reboot), C(power_cycle), C(validate), C(uncordon), C(quarantine), C(end)).
+  - I(step=start) reads the pin (I(pin) or I(pin_file), with the collection's one pin reader, or with I(options.previous_pin) the
+    node's own previous pin from its C(gpufleet) facts) and decides, from the node's C(gpufleet) facts, whether to go ahead.
+  - I(step=advance) takes what the step C(next) named returned (I(outcome)) and decides the next one; a node that failed the
+    validation fails the task (not fit for service), which the role's rescue recovers.
+  - I(step=fail) decides the recovery after a failed step (I(message), the node's facts read again I(facts), the I(validation));
+    a state that is not in progress starts a new procedure, in the pre-check, that puts the node back.
+  - I(step=result) applies the last scheduler step's answer (I(outcome)), builds the documented C(node_upgrade_result)
+    (docs/upgrade.md), writes it to C(<results_dir>/<inventory_hostname>.json) on the controller (atomically) and moves the
+    node to its final state in the ledger; a procedure that never reached a final state ends C(quarantined) with I(message).
+  - With I(ledger), each new phase walks the node in the rollout ledger along legal transitions to the state of that phase
+    (C(drain) - C(cordoned), C(converge) - C(drained) then C(converging), C(reboot) - C(rebooting), C(validate) - C(validating),
+    C(rollback) - C(rolling_back)); a node still C(pending) is admitted first. A ledger that cannot take the change gives a
+    warning, never a lost result; the node keeps its last ledger state, which a resumed rollout re-checks.
 author:
   - gpufleet.lifecycle maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -26,38 +33,59 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Sets the facts and writes the results file; the ledger is not changed in check mode.
+    details: Decides and sets the facts and writes the results file; the ledger is not changed in check mode.
   diff_mode:
     support: none
   idempotent:
     support: none
-    description: Every call records a phase start or a result.
+    description: Every call moves the procedure on or records a result.
 options:
-  phase:
-    description:
-      - The phase that starts - C(precheck), C(drain), C(converge), C(reboot), C(validate), C(uncordon), C(rollback),
-        C(rollback_reboot), C(rollback_validate), C(restore), C(quarantine). Exactly one of I(phase) and I(result).
+  step:
+    description: C(start), C(advance), C(fail) or C(result).
     type: str
-  start:
-    description: With I(phase), the first phase - the procedure's facts are reset (nothing left from an earlier run in the play).
-    type: bool
-    default: false
-  facts:
-    description: More facts to set with the mark (what the phase before it found).
+    required: true
+    choices: [start, advance, fail, result]
+  options:
+    description:
+      - With I(step=start) (and I(step=fail) before a start) - the role's choices, C(previous_pin), C(on_broken), C(skip),
+        C(resumed_from), C(reboot), C(reboot_method), C(power_cycle_on_hang), C(bmc) (a BMC is configured), C(reason),
+        C(reboot_timeout) (C(roles/node_upgrade/vars/main.yml)). A choice it does not know fails naming the variable.
     type: dict
     default: {}
-  result:
+  converge:
+    description: With I(step=start), converge to a pin; false - a reboot-only run.
+    type: bool
+    default: true
+  pin:
+    description: With I(step=start), the pin (component to version).
+    type: raw
+  pin_file:
+    description: With I(step=start), a pin file on the controller instead of I(pin).
+    type: str
+    default: ''
+  outcome:
     description:
-      - The node's outcome - C(state) (C(done), C(rolled_back), C(quarantined), C(deferred), C(left_alone)), C(phase), C(reason),
-        C(marks), C(facts_before), C(facts_after), C(validation), C(rollback_validation), C(pin), C(rollback_pin), C(rma),
-        C(scheduler), C(drain), C(reboot). Exactly one of I(phase) and I(result).
-      - An empty C(state) with a C(reason) (the procedure's recovery failed with that error) ends C(quarantined).
-      - With a ledger, the node's final event carries what the rollout gate and the report need - C(signature) (how it
-        failed), C(rma_suspect), C(phase), C(versions_before), C(versions_after), C(phase_times), C(gpu_count); the results
-        file is an export, never read back by the gate. A node already final is not written again.
-    type: dict
+      - With I(step=advance), what the step returned - C(node_drain_result) after the drain; C(facts), C(changed_components),
+        C(check_mode) after the converge; C(reload) and C(os) (the registered results) after the reboot; C(back) after the
+        power cycle; C(node_validate_result) after the validation.
+      - With I(step=result), C(node_drain_result) of the last step (the uncordon or the quarantine); ignored when its C(action)
+        is not the step the procedure is at.
+    type: raw
+  message:
+    description: With I(step=fail), the failed task's message; with I(step=result), the error of a procedure that ended without a state.
+    type: str
+    default: ''
+  facts:
+    description: With I(step=fail), the registered result of C(gpufleet.lifecycle.gpu_facts) run after the failure (skipped, failed or unreachable - not read).
+    type: raw
+  validation:
+    description: With I(step=fail), C(node_validate_result) (used when the validation failed).
+    type: raw
+  scheduler:
+    description: With I(step=result), the scheduler, for the result.
+    type: str
   results_dir:
-    description: Controller folder to write the result to (created when missing); empty - not written.
+    description: With I(step=result), the controller folder to write the result to (created when missing); empty - not written.
     type: path
     default: ''
   ledger:
@@ -65,33 +93,34 @@ options:
       - The rollout's ledger, C({backend, run_dir, run_id}) as the rollout gate sets it in C(gpufleet_ledger); empty - no ledger.
     type: dict
     default: {}
-  reason:
-    description: The reason recorded with the ledger event (a result's own reason by default).
-    type: str
-    default: ''
 notes:
   - An action plugin; runs on the controller only.
 '''
 
 EXAMPLES = r'''
-- name: Mark the start of the converge phase
+- name: Start the procedure
   gpufleet.lifecycle.upgrade_phase:
-    phase: converge
+    step: start
+    pin: {driver: 580.65.06}
+    options: {reason: gpufleet upgrade}
     ledger: "{{ gpufleet_ledger | default({}) }}"
+
+- name: Follow the drain's answer
+  gpufleet.lifecycle.upgrade_phase:
+    step: advance
+    outcome: "{{ node_drain_result }}"
 
 - name: Record the node's result
   gpufleet.lifecycle.upgrade_phase:
-    result:
-      state: done
-      phase: uncordon
-      marks: "{{ _node_upgrade_marks }}"
+    step: result
+    outcome: "{{ node_drain_result | default(none) }}"
     results_dir: /var/log/gpufleet/run-1
 '''
 
 RETURN = r'''
 ansible_facts:
-  description: C(_node_upgrade_phase) and C(_node_upgrade_marks) (with I(phase)) or C(node_upgrade_result) (with I(result)), plus I(facts).
-  returned: always
+  description: C(_node_upgrade) (the procedure's state), and with I(step=result) C(node_upgrade_result).
+  returned: success
   type: dict
 ledger:
   description: The ledger states recorded for the node by this call, in order.

@@ -17,6 +17,12 @@ says now (:class:`SchedulerView`) and ``now`` (an aware datetime).  The answer (
 A node caught mid-way by a crash (in an in-flight state) is admitted again with rule ``resume``: it already
 holds its slot, and a pause does not stop it (in-flight nodes finish).  The rules are checked in the order
 above; docs/rollout-policy.md explains each.
+
+The queue at the gate (:func:`queue_candidates`, :func:`in_line`): host_pinned starts hosts in the plan's order, but
+which waiting worker polls first is chance, so an admission waits (rule ``order``) while an earlier node of the plan that
+waits at the gate, or that host_pinned is starting right now (the arrival grace), would be admitted itself.  The gate's
+waiting list (:func:`waiting`) and the nodes that ever reached it (:func:`arrived`) are kept by the ledger's backend; the
+step hands them in, with the epoch seconds the clock said.
 """
 
 from __future__ import annotations
@@ -325,3 +331,94 @@ def admit(policy, rollout, scheduler, node, now):
     if is_canary:
         return Decision(ADMIT, 'canary', '%s goes alone as a canary' % node, canary=True)
     return Decision(ADMIT, 'admit', 'admitted: %d of %d in flight' % (len(flying) + 1, size))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The queue at the gate.
+
+# A node counts as waiting at the gate while it polled within this many poll intervals (plus 2 s).
+WAITING_POLLS = 3
+# A host host_pinned is starting (never at the gate yet, a worker free) keeps its place in the plan for this many poll
+# intervals (plus 3 s) of another host's wait.
+ARRIVAL_GRACE_POLLS = 2
+
+
+def waiting_ttl(poll):
+    """Seconds a node counts as waiting at the gate after its last poll (``poll``: the poll interval)."""
+    return poll * WAITING_POLLS + 2
+
+
+def waiting(seen, node, present, now, ttl):
+    """The gate's waiting list after ``node`` polled (``present``) or left the gate: {node: epoch seconds of its last poll}.
+
+    ``seen``: the list as kept; an entry older than ``ttl`` seconds at ``now`` (its host gave up or is gone) or not a time is
+    dropped.
+    """
+    kept = {name: stamp for name, stamp in (seen or {}).items()
+            if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and now - stamp <= ttl}
+    if present:
+        kept[node] = now
+    else:
+        kept.pop(node, None)
+    return kept
+
+
+def arrived(names, node):
+    """(every node that reached the gate in this run, ``node`` among them; whether ``node`` is new there), from ``names``:
+    the list as kept."""
+    known = set(name for name in names or [] if isinstance(name, str))
+    return known | {node}, node not in known
+
+
+def before(order, node, reached, limit):
+    """The first ``limit`` nodes ahead of ``node`` in ``order`` that never reached the gate (not in ``reached``)."""
+    found = []
+    for name in order:
+        if name == node or len(found) >= limit:
+            break
+        if name not in reached:
+            found.append(name)
+    return found
+
+
+def queue_candidates(node, order, waiting_now, reached, in_flight_count, forks, waited, poll):
+    """The nodes that may hold ``node`` back at the gate (:func:`in_line` asks which of them would go now):
+
+    * every node waiting at the gate (``waiting_now``, ``node`` among them), never ``node`` itself;
+    * during the arrival grace (``waited`` seconds at the gate, below ``ARRIVAL_GRACE_POLLS`` poll intervals plus 3 s) and
+      while a worker is free (the nodes waiting plus ``in_flight_count`` below ``forks``), the first ``forks`` nodes ahead
+      of ``node`` in ``order`` that never reached the gate (not in ``reached``): host_pinned is starting them.
+    """
+    expected = set()
+    if waited < ARRIVAL_GRACE_POLLS * poll + 3 and len(waiting_now) + in_flight_count < forks:
+        expected = set(before(order, node, reached, forks))
+    return (set(waiting_now) | expected) - {node}
+
+
+def first_in_line(policy, rollout, scheduler, node, order, candidates, now):
+    """The earlier node in ``order`` among ``candidates`` that is pending and would be admitted now, or None.
+
+    Nodes not among the candidates (not at the gate, not expected there) never hold anyone back.
+    """
+    for name in order:
+        if name == node:
+            return None
+        if name not in candidates or name not in rollout.nodes or rollout.nodes[name].state != PENDING:
+            continue
+        if admit(policy, rollout, scheduler, name, now).action == ADMIT:
+            return name
+    return None
+
+
+def in_line(policy, rollout, scheduler, node, order, candidates, now, decision):
+    """The gate's ``decision`` for ``node`` in the plan's order: a wait (rule ``order``) when an earlier node of
+    ``candidates`` (:func:`queue_candidates`) would be admitted now; any other decision, a resume among them, is kept.
+
+    ``rollout`` must hold the candidates (a compact view built with them).
+    """
+    if decision.action != ADMIT or decision.rule == 'resume':
+        return decision
+    ahead = first_in_line(policy, rollout, scheduler, node, order, candidates, now)
+    if ahead:
+        return Decision(WAIT, 'order', '%s is ahead of %s in the plan and may go now' % (ahead, node))
+    return decision

@@ -547,27 +547,36 @@ def write_atomic(path, data, mode=0o640):
     The collection's one atomic writer (the ledger's files, the results export, the fleet report's files); ``mode``: the
     file's permissions (an export others read: 0o644).
     """
-    folder = os.path.dirname(path) or '.'
-    temporary = '%s.tmp.%d' % (path, os.getpid())
+    write_atomic_files({path: data}, mode)
+
+
+def write_atomic_files(files, mode=0o640):
+    """Write each ``{path: bytes}`` of ``files`` atomically, as :func:`write_atomic` does one: every file to a temporary file
+    with fsync, then the renames, then one fsync per folder (a batch of a run's documents costs one folder fsync)."""
+    moves = []
+    path = None
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, path) from None
-    try:
-        os.fchmod(fd, mode)      # the umask does not narrow it
-        with os.fdopen(fd, 'wb') as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        for path, data in files.items():
+            temporary = '%s.tmp.%d' % (path, os.getpid())
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            moves.append((temporary, path))
+            os.fchmod(fd, mode)      # the umask does not narrow it
+            with os.fdopen(fd, 'wb') as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        for temporary, path in moves:
+            os.replace(temporary, path)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        for temporary, _path in moves:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
         if isinstance(exc, OSError):
             # A full or read-only file system: the error names the file it could not write.
             raise OSError(exc.errno, exc.strerror, path) from None
         raise
-    _fsync_dir(folder)
+    for folder in sorted(set(os.path.dirname(name) or '.' for name in files)):
+        _fsync_dir(folder)
 
 
 class FileBackend(Backend):
@@ -680,29 +689,10 @@ class FileBackend(Backend):
         self.write_docs(run_id, {name: doc})
 
     def write_docs(self, run_id, docs):
-        """Each document to a temporary file, fsync; then the renames and one fsync of the folder."""
-        folder = self.path(run_id)
-        os.makedirs(folder, mode=0o750, exist_ok=True)
-        moves = []
-        path = folder
-        try:
-            for name, doc in docs.items():
-                path = self.doc_path(run_id, name)
-                data = (json.dumps(doc, sort_keys=True, separators=(',', ':')) + '\n').encode('utf-8')
-                temporary = '%s.tmp.%d' % (path, os.getpid())
-                moves.append((temporary, path))
-                with open(temporary, 'wb') as handle:
-                    handle.write(data)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            for temporary, path in moves:
-                os.replace(temporary, path)
-        except OSError as exc:
-            for temporary, _path in moves:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-            raise OSError(exc.errno, exc.strerror, path) from None
-        _fsync_dir(folder)
+        """Every document atomically (:func:`write_atomic_files`: the temporary files, the renames, one fsync of the folder)."""
+        os.makedirs(self.path(run_id), mode=0o750, exist_ok=True)
+        write_atomic_files(dict((self.doc_path(run_id, name), (json.dumps(doc, sort_keys=True, separators=(',', ':')) + '\n').encode('utf-8'))
+                                for name, doc in docs.items()))
 
     def run_ids(self):
         try:
@@ -892,11 +882,6 @@ class RunLedger:
         for event in events:
             self._apply(event)
         self._s['ledger_bytes'] = offset
-
-    def refresh(self):
-        """Bring the state up to date and return the full state (every node: reads every shard once)."""
-        self.catch_up()
-        return self.state
 
     def _ensure(self, names):
         """Read the shards of ``names`` not in memory yet; False when a shard was unusable and everything was rebuilt."""
@@ -1126,7 +1111,7 @@ class RunLedger:
 # Across runs.
 
 def rebuild(backend, run_id):
-    """The state of a run from its ledger alone (what :meth:`RunLedger.refresh` falls back to)."""
+    """The state of a run from its ledger alone (what a reader falls back to when the snapshot and the documents cannot be used)."""
     state = empty_state(check_run_id(run_id))
     events, offset = backend.read_events(run_id, 0)
     for event in events:

@@ -13,25 +13,13 @@ from __future__ import annotations
 
 import collections
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _procedure
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
 
-# node_upgrade's phase -> the ledger state the node is in while that phase runs (None: no state of its own).
-PHASE_STATES = {
-    'precheck': None,
-    'drain': 'cordoned',
-    'converge': 'converging',
-    'reboot': 'rebooting',
-    'validate': 'validating',
-    'uncordon': None,
-    'rollback': 'rolling_back',
-    'rollback_reboot': 'rolling_back',
-    # A re-validation without a rollback (nothing had changed) validates; after a rollback the node stays rolling_back.
-    'rollback_validate': 'validating',
-    'restore': None,
-    'quarantine': None,
-}
-PHASES = tuple(PHASE_STATES)
+# node_upgrade's phase -> the ledger state the node is in while that phase runs: the procedure's one vocabulary.
+PHASE_STATES = _procedure.PHASE_STATES
+PHASES = _procedure.PHASES
 
 
 class PhaseError(ValueError):

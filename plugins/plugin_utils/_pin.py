@@ -43,6 +43,7 @@ import yaml
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._components import INSTALLED, shown, type_name, version_text_problem
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._drift import COMPONENTS, DriftError, normalize_pin, pinned_components
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import StackError, validate_pin
 
 # The runbook's variable names that do not follow COMPONENT[_VERSION].
 ENV_ALIASES = {
@@ -327,4 +328,18 @@ def load_pin(pin=None, pin_file=None, source='pin', find=None):
     pins['pinned'] = pinned_components(pins['pin'])
     pins['pinned_versions'] = dict((component, pins['pin'][component]) for component in pins['pinned'])
     pins['installed'] = dict((component, pins['pin'][component]) for component in INSTALLED if pins['pin'][component])
+    return pins
+
+
+def read_checked(pin=None, pin_file=None, name='pin', find=None):
+    """:func:`load_pin`, then the package rules for the installed components (Fabric Manager on the driver's branch, a
+    driver as NNN.NN.NN, ...): the pin a task may converge a node to.  Every error names ``name`` (the variable) or the
+    file, before any task touches a node."""
+    if pin_file and pin not in (None, {}):
+        raise PinError('%s and a pin file are both set; give one' % name)
+    pins = load_pin(pin=pin, pin_file=pin_file, source=name, find=find)
+    try:
+        validate_pin(pins['installed'])
+    except StackError as exc:
+        raise PinError('%s%s (from %s)' % (name, str(exc)[len('pin'):], pins['source']))
     return pins

@@ -1,21 +1,28 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The rollout gate's glue between the ledger, the scheduler and :func:`._gate.admit` (controller-side, no Ansible import).
+"""The rollout's decisions beside the gate's (controller-side, no Ansible import, no I/O but :func:`inventory_id`'s look at
+the inventory's path).
 
-The action plugin ``gpufleet.lifecycle.rollout`` does the I/O (scheduler commands, the ledger's files, sleeping);
-everything it decides is here:
+The rollout gate's steps (:mod:`._rollout_start`, :mod:`._rollout_node`, :mod:`._rollout_run`, over a
+:class:`._run_context.RunContext`) do the I/O: the scheduler's commands, the ledger's backend, sleeping at the gate, the
+escalation hook. What they decide besides :func:`._gate.admit` and :func:`._gate.in_line` is here, each a function of
+its inputs:
 
+* the rollout's inputs (:func:`check_inputs`), checked on localhost before any node;
 * the scheduler's answer read once (:func:`slurm_view`, :func:`kube_view`, :func:`static_view`): the fleet's GPU total,
   the nodes down or cordoned by anyone, each node's GPUs, and the jobs on each node (for the plan's order);
 * the gate's view of a run (:func:`rollout_view`): the ledger's view (how each failed node failed is in its final event, the
-  pin-fault detector compares these) plus the circuit breaker's memory of earlier runs;
-* the order among the hosts waiting at the gate (:func:`first_in_line`): host_pinned starts hosts in the plan's order, and
-  a node may not overtake an earlier node waiting at the gate that the gate would admit now;
-* which run a start opens (:func:`choose_run`), the walk of a node to its final state (:func:`walk`), the run's summary
-  (:func:`summary`) and the escalation messages (:func:`escalation_payload`, :func:`quarantine_payload`);
-* the circuit breaker's memory of earlier runs (:func:`breaker_history`), retries (:func:`retry_decision`) and the quick
-  check of a resume's done nodes (:func:`confirm_expectations`, :func:`confirm_decision`).
+  pin-fault detector compares these) plus the circuit breaker's memory of earlier runs (:func:`breaker_history`);
+* a start: which run it opens (:func:`choose_run`), whether a resume is refused (:func:`resume_pin`,
+  :func:`resume_refusal`) or sets the run running again (:func:`reopens`), the previous pin (:func:`previous_pin`) and
+  the plan's order (:func:`plan_order`);
+* a node: the walk to its final state (:func:`walk`), retries (:func:`retry_decision`), the quick check of a resume's done
+  nodes (:func:`confirm_expectations`, :func:`confirm_decision`), an operator's release (:func:`release_decision`), the
+  next try at a scheduler that does not answer (:func:`scheduler_retry`);
+* the run: a batch's stop (:func:`batch_stop`), whether the finish ends it (:func:`finishes`), its summary
+  (:func:`summary`), the escalation messages (:func:`escalation_payload`, :func:`quarantine_payload`) and the plan for
+  people (:func:`plan_lines`).
 """
 
 from __future__ import annotations
@@ -423,32 +430,38 @@ def confirm_decision(validation, unreachable=False, pin=None):
     return _gate.PENDING, 'failed the quick check on resume: %s; back through the procedure' % (validation.get('message') or 'failed')
 
 
-def before(order, node, arrived, limit):
-    """The first ``limit`` nodes ahead of ``node`` in ``order`` that never reached the gate (not in ``arrived``)."""
-    found = []
-    for name in order:
-        if name == node or len(found) >= limit:
-            break
-        if name not in arrived:
-            found.append(name)
-    return found
+def plan_order(nodes, domains, fleet, earlier):
+    """The plan's order of ``nodes``: nodes without running work first, longest first (their last duration in ``earlier``,
+    the states of earlier runs, oldest first)."""
+    planned = _planner.order(plan_nodes(list(nodes), fleet, domains), fleet.unavailable, durations=_planner.node_durations(earlier))
+    return [item[0].name for item in planned]
 
 
-def first_in_line(policy, rollout, scheduler, node, order, waiting, now):
-    """The earlier node in ``order`` that waits at the gate now and would be admitted now, or None.
+def resume_refusal(run_id, state, kind, mode):
+    """Why run ``run_id`` (its ``state``) is not resumed by this start (``kind``: the playbook, ``mode``), or None.
 
-    host_pinned hands its workers to hosts in the plan's order, but which waiting worker polls first after a slot frees
-    is chance: the gate keeps the plan's order by admitting ``node`` only when no earlier waiting node could go.
-    Nodes not at the gate (not started yet: fewer forks than nodes) never hold anyone back.
+    A run is resumed only by the playbook that started it (its nodes converge to its own pin) and in its own mode.
     """
-    for name in order:
-        if name == node:
-            return None
-        if name not in waiting or name not in rollout.nodes or rollout.nodes[name].state != _gate.PENDING:
-            continue
-        if _gate.admit(policy, rollout, scheduler, name, now).action == _gate.ADMIT:
-            return name
+    if kind and state.get('kind') not in (None, kind):
+        return ('run %s is a %s run, this is %s: it is not resumed by another playbook (its nodes converge to its own pin). '
+                'Finish it with %s, or start a new run with -e gpufleet_run_id=<a new id>' % (run_id, state.get('kind'), kind, state.get('kind')))
+    if state.get('mode') not in (None, mode):
+        return ('run %s is a %s-mode run: resume it in %s mode (gpufleet_window %s), or start a new run with -e gpufleet_run_id=<a new id>'
+                % (run_id, state.get('mode'), state.get('mode'), 'set' if state.get('mode') == 'window' else 'unset'))
     return None
+
+
+def reopens(state):
+    """Whether a resume sets the run ``running`` again: a node is left and nobody but an operator paused it."""
+    return (state.get('pause') or {}).get('by') != 'operator' and state['status'] != 'running' \
+        and any(record['state'] not in _gate.FINAL for record in state['nodes'].values())
+
+
+def finishes(state, paused):
+    """Whether the finish step marks the run ``finished``: no pause rule holds now (``paused`` false), the run is running (or
+    stopped only by its batch's failure share, Ansible's rule, which does not outlive the batch) and every node is final."""
+    return not paused and (state['status'] == 'running' or (state.get('pause') or {}).get('rule') == 'batch_budget') \
+        and all(record['state'] in _gate.FINAL for record in state['nodes'].values())
 
 
 def walk(current, target):

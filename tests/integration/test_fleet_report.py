@@ -57,24 +57,25 @@ FAKE_ROLLOUT = """---
   tasks:
     - name: Drain
       ansible.builtin.set_fact:
-        _node_upgrade_phase: drain
-        _node_upgrade_marks: "{{ [['drain', now().timestamp()]] }}"
+        _node_upgrade: {next: drain, phase: drain, marks: "{{ [['drain', now().timestamp()]] }}"}
     - name: Converge
       ansible.builtin.set_fact:
-        _node_upgrade_phase: converge
-        _node_upgrade_marks: "{{ _node_upgrade_marks + [['converge', now().timestamp()]] }}"
+        _node_upgrade: >-
+          {{ _node_upgrade | combine({'next': 'converge', 'phase': 'converge', 'marks': _node_upgrade.marks + [['converge', now().timestamp()]]}) }}
     - name: Validate
       ansible.builtin.set_fact:
-        _node_upgrade_phase: validate
-        _node_upgrade_marks: "{{ _node_upgrade_marks + [['validate', now().timestamp()]] }}"
-    - name: Result
+        _node_upgrade: >-
+          {{ _node_upgrade | combine({'next': 'validate', 'phase': 'validate', 'marks': _node_upgrade.marks + [['validate', now().timestamp()]]}) }}
+    - name: End
       ansible.builtin.set_fact:
-        node_upgrade_result: >-
-          {{ outcome.get(inventory_hostname, 'done') | gpufleet.lifecycle.upgrade_result(
-               phase='rollback_validate' if inventory_hostname in outcome else 'uncordon',
-               reason=reasons.get(inventory_hostname, ''), marks=_node_upgrade_marks, end=now().timestamp(),
-               validation={'passed': inventory_hostname not in outcome, 'checks': [
-                 {'name': 'dcgm_diag_r1', 'passed': inventory_hostname not in outcome, 'message': 'dcgmi diag -r 1: memory'}]}) }}
+        _node_upgrade: >-
+          {{ _node_upgrade | combine({'next': 'end', 'state': outcome.get(inventory_hostname, 'done'), 'reason': reasons.get(inventory_hostname, ''),
+               'phase': 'rollback_validate' if inventory_hostname in outcome else 'uncordon',
+               'validation': {'passed': inventory_hostname not in outcome, 'checks': [
+                 {'name': 'dcgm_diag_r1', 'passed': inventory_hostname not in outcome, 'message': 'dcgmi diag -r 1: memory'}]}}) }}
+    - name: Result
+      gpufleet.lifecycle.upgrade_phase:
+        step: result
     - name: Fail the nodes that did not pass
       ansible.builtin.fail:
         msg: "{{ node_upgrade_result.state }}: {{ node_upgrade_result.reason }}"
@@ -512,14 +513,12 @@ BATCH_SUMMARY = """---
       ansible.builtin.set_fact:
         node_upgrade_result: {state: "{{ outcome[inventory_hostname] }}", phase: validate, reason: "{{ reasons.get(inventory_hostname, '') }}"}
     - name: Report the batch
-      ansible.builtin.include_role:
-        name: gpufleet.lifecycle.node_upgrade
-        tasks_from: summary
-"""
+      ansible.builtin.include_tasks: %s
+""" % os.path.join(ROOT, 'playbooks', 'tasks', 'rollout_summary.yml')
 
 
 def test_batch_mode_hands_awx_the_rollout_summary(tmp_path):
-    """The role's batch summary (roles/node_upgrade/tasks/summary.yml) hands on gpufleet_rollout_summary with set_stats; the last
+    """The batch summary of the rollout plays (playbooks/tasks/rollout_summary.yml) hands on gpufleet_rollout_summary with set_stats; the last
     batch's wins, and it holds every node of the play."""
     playbook = tmp_path / 'batch.yml'
     playbook.write_text(BATCH_SUMMARY, encoding='utf-8')

@@ -953,7 +953,7 @@ class Fleet:
             return json.load(handle)
 
     def start_long_job(self, config, node, settings):
-        seconds = int(settings.get('seconds', 3600))
+        seconds = int(settings['seconds'])   # parse_fault_settings applied the fault table's default
         if config.get('scheduler') == 'slurm':
             import slurm_sim  # pylint: disable=import-outside-toplevel,import-error
             settings['job_id'] = slurm_sim.submit_job(config['slurm_env'], node, seconds)

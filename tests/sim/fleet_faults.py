@@ -3,77 +3,40 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Fault knobs of the simulated fleet: parsing ``fleet fault NODE NAME key=value ...`` and the Xid log.
 
-The fault file format is described in tests/sim/README.md; the fake tools read it inside the node.
+The faults, their settings and defaults are the table in tests/sim/node/gpufleet_sim/fault_table.py (the README's
+"Faults" table is printed from it); the fake tools read faults.json inside the node through the same table.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
-# fault -> {setting: type}
-FAULTS = {
-    'diag_fail': {'level': int, 'test': str, 'gpu': int, 'branch': int},
-    'reboot_hang': {},
-    'fm_fail': {'mismatch': str},
-    'dpkg_fail': {'package': str},
-    'dkms_fail': {},
-    'xid': {'gpu': int, 'xid': int},
-    'long_job': {'seconds': int},
-    'dpkg_lock': {'seconds': int},
-    'gpu_lost': {'gpu': int},
-    'nccl_slow': {'busbw': float, 'branch': int},
-    'nccl_fail': {'error': str, 'branch': int},
-    'gpu_held': {'gpu': int, 'seconds': int},
-    'slow_boot': {'seconds': int},
-}
-DEFAULTS = {
-    'diag_fail': {'level': 1, 'gpu': 0},
-    'xid': {'gpu': 0, 'xid': 79},
-    'long_job': {'seconds': 3600},
-    'dpkg_lock': {'seconds': 30},
-    'gpu_lost': {'gpu': 0},
-    'nccl_fail': {'error': 'system'},
-    'gpu_held': {'gpu': 0, 'seconds': 3600},
-    'slow_boot': {'seconds': 30},
-}
-# nccl_fail errors (ncclResult_t names, see tests/sim/node/gpufleet_sim/nccl_tests.py NCCL_ERRORS).
-NCCL_FAIL_ERRORS = ('cuda', 'system', 'internal', 'invalid_argument', 'invalid_usage', 'remote')
+_NODE_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'node')
+if _NODE_CODE not in sys.path:
+    sys.path.insert(0, _NODE_CODE)
+
+# The fault table (names, settings, types, defaults) is the node's own: tests/sim/node/gpufleet_sim/fault_table.py.
+from gpufleet_sim import fault_table  # noqa: E402  pylint: disable=wrong-import-position
+from gpufleet_sim.fault_table import FAULTS, FaultError  # noqa: E402  pylint: disable=wrong-import-position
+
+__all__ = ['FAULTS', 'FaultError', 'NODE_PYTHONPATH', 'XID_TEXT', 'append_xid', 'node_command', 'parse_fault_settings', 'stop_commands', 'xid_line']
+
 # Faults that need a process inside the node: the command ``fleet fault`` runs there (``podman exec``) after writing
 # faults.json. Each returns at once (the process runs in the background) and does nothing when it already runs.
 NODE_PYTHONPATH = 'PYTHONPATH=/usr/lib/gpufleet-sim'
 XID_TEXT = {
-    79: 'GPU has fallen off the bus.',
+    fault_table.XID_FALLEN_OFF_BUS: 'GPU has fallen off the bus.',
     48: 'DBE (Double Bit Error) ECC Error',
     63: 'Row remapping event: Row remapper: ECC error',
     13: 'Graphics Engine Exception',
 }
 
 
-class FaultError(ValueError):
-    """A fault request that cannot be applied."""
-
-
 def parse_fault_settings(name, settings):
-    """``['level=3', 'gpu=2']`` -> {'level': 3, 'gpu': 2} for fault ``name``, defaults applied."""
-    if name not in FAULTS:
-        raise FaultError('unknown fault %s; faults: %s' % (name, ', '.join(sorted(FAULTS))))
-    result = dict(DEFAULTS.get(name, {}))
-    for setting in settings:
-        key, separator, value = setting.partition('=')
-        if not separator or key not in FAULTS[name]:
-            raise FaultError('fault %s takes %s, got %r' % (name, ', '.join('%s=' % k for k in FAULTS[name]) or 'no settings', setting))
-        try:
-            result[key] = FAULTS[name][key](value)
-        except ValueError:
-            raise FaultError('fault %s: %s must be a %s, got %r' % (name, key, FAULTS[name][key].__name__, value))
-    if name == 'nccl_fail' and result['error'] not in NCCL_FAIL_ERRORS:
-        raise FaultError('fault nccl_fail: error must be one of %s, got %r' % (', '.join(NCCL_FAIL_ERRORS), result['error']))
-    if name == 'nccl_slow' and 'busbw' in result and result['busbw'] <= 0:
-        raise FaultError('fault nccl_slow: busbw must be above 0 GB/s, got %r' % result['busbw'])
-    if name == 'diag_fail' and 'test' not in result:
-        result['test'] = 'software' if result['level'] == 1 else 'memory'
-    return result
+    """``['level=3', 'gpu=2']`` -> {'level': 3, 'gpu': 2, ...} for fault ``name``, checked, defaults applied (the table's)."""
+    return fault_table.parse_settings(name, settings)
 
 
 def node_command(name, settings):
@@ -84,6 +47,7 @@ def node_command(name, settings):
     ``gpu_held``: a process opens ``/dev/nvidiactl`` and ``/dev/nvidia<gpu>`` and keeps them open ``seconds``, as a job
     using the GPU does (tests/sim/node/gpufleet_sim/gpu_hold.py).
     """
+    settings = fault_table.apply_defaults(name, settings)
     if name == 'dpkg_lock':
         return ['env', NODE_PYTHONPATH, 'python3', '-m', 'gpufleet_sim.dpkg_lock', 'start', '--seconds', str(int(settings['seconds']))]
     if name == 'gpu_held':
@@ -103,13 +67,14 @@ def stop_commands(faults):
 
 def xid_line(hardware, settings, now=None):
     """A kernel-log line in the real NVRM format for the Xid fault."""
+    settings = fault_table.apply_defaults('xid', settings)
     gpus = hardware.get('gpus') or []
-    index = settings.get('gpu', 0)
+    index = settings['gpu']
     if index >= len(gpus):
         raise FaultError('gpu %d does not exist (the node has %d GPUs)' % (index, len(gpus)))
     domain, rest = gpus[index]['pci_bus_id'].split(':', 1)   # "00000000:18:00.0" -> "0000:18:00" as NVRM prints it
     bus = '%s:%s' % (domain[-4:], rest.rsplit('.', 1)[0])
-    xid = settings.get('xid', 79)
+    xid = settings['xid']
     stamp = time.strftime('%a %b %d %H:%M:%S %Y', time.localtime(now))
     return '[%s] NVRM: Xid (PCI:%s): %d, pid=\'<unknown>\', name=<unknown>, %s\n' % (stamp, bus, xid, XID_TEXT.get(xid, 'Xid event'))
 

@@ -21,6 +21,8 @@ from the node's state files (see ``state`` and tests/sim/README.md, "The node co
 * ``gpu_hold``             the ``gpu_held`` fault: keeps ``/dev/nvidiactl`` and ``/dev/nvidiaN`` open as a job does
 * ``holder``               the background holder both faults above run (pid file, signals, start and stop)
 * ``nccl_tests``           nccl-tests ``all_reduce_perf`` (installed per node: ``fleet nccl-tests NODE``)
+* ``fault_table``          the faults, their settings (types, defaults) and effects: the one table ``fleet fault``,
+                           ``state.load_faults`` and tests/sim/README.md's Faults table read
 
 Standard library only; Python 3.8+ (the nodes run Debian bookworm's 3.11).
 """

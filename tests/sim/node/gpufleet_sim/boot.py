@@ -118,13 +118,13 @@ def boot(now=None):
     slow = state.fault('slow_boot')
     if slow is not None:
         # Fault slow_boot: the firmware's POST and memory training of a large server; sshd starts after this step.
-        seconds = max(0, int(slow.get('seconds', 30)))
+        seconds = max(0, int(slow['seconds']))
         print('gpufleet-sim: slow_boot: POST takes %d s' % seconds)
         time.sleep(seconds)
     lost = state.fault('gpu_lost')
     if lost is not None:
         # Fault gpu_lost: this boot does not find the GPU (it is missing from nvidia-smi and dcgmi until a boot without the fault).
-        record['absent_gpus'] = [int(lost.get('gpu', 0))]
+        record['absent_gpus'] = [int(lost['gpu'])]
     state.write_json(state.BOOT_FILE, record)
     state.publish(record)
     install_modprobe()

@@ -24,6 +24,7 @@ import os
 import sys
 
 from gpufleet_sim import daemon
+from gpufleet_sim import fault_table
 from gpufleet_sim import state
 
 PACKAGES = ('datacenter-gpu-manager-4-core', 'datacenter-gpu-manager')
@@ -280,12 +281,13 @@ def _fault_applies(fault, level, tests, gpu_indexes):
     """(test, gpu) that the diag_fail fault breaks in this run, or None."""
     if not fault:
         return None
-    test = _canonical_test(str(fault.get('test', 'software'))) or 'software'
     try:
-        fault_level = int(fault.get('level', 1))
-        gpu = int(fault.get('gpu', 0))
+        fault = fault_table.apply_defaults('diag_fail', fault)
+        fault_level = int(fault['level'])
+        gpu = int(fault['gpu'])
     except (TypeError, ValueError):
         return None
+    test = _canonical_test(str(fault['test'])) or 'software'   # a test name dcgmi does not know: the software test
     if test not in tests or gpu not in gpu_indexes:
         return None
     # branch=N: the diagnostic fails only while a driver of that branch is loaded.

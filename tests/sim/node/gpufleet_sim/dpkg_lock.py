@@ -12,7 +12,8 @@ apt-pkg/contrib/fileutl.cc ``GetLock``): ``open(O_RDWR | O_CREAT | O_NOFOLLOW, 0
 ``F_SETLK`` write lock on the whole file, first ``/var/lib/dpkg/lock-frontend``, then ``/var/lib/dpkg/lock``.
 Its process name (``/proc/PID/comm``) is ``unattended-upgr``, the name the kernel gives unattended-upgrades,
 so ``dpkg`` and ``apt-get`` print "locked by another process with pid N" / "held by process N (unattended-upgr)".
-It releases the locks after ``seconds`` (from ``--seconds``, else the ``dpkg_lock`` fault in faults.json, else 30)
+It releases the locks after ``seconds`` (from ``--seconds``, else the ``dpkg_lock`` fault in faults.json, else the
+fault table's default, fault_table.py)
 or on SIGTERM. ``start`` returns once the locks are held, and does nothing when a holder already runs.
 """
 
@@ -22,12 +23,11 @@ import json
 import os
 import sys
 
-from gpufleet_sim import holder, state
+from gpufleet_sim import fault_table, holder, state
 
 LOCKS = ('var/lib/dpkg/lock-frontend', 'var/lib/dpkg/lock')
 PID_FILE = 'run/gpufleet-sim/dpkg-lock.pid'
 COMM = 'unattended-upgr'
-DEFAULT_SECONDS = 30
 
 
 def _set_name(name):
@@ -76,8 +76,8 @@ def stop(wait=10.0):
 def _seconds(given):
     if given is not None:
         return given
-    settings = state.fault('dpkg_lock') or {}
-    return int(settings.get('seconds', DEFAULT_SECONDS))
+    settings = state.fault('dpkg_lock') or fault_table.apply_defaults('dpkg_lock', {})
+    return int(settings['seconds'])
 
 
 def main(argv=None):

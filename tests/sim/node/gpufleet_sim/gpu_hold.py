@@ -23,10 +23,9 @@ import json
 import os
 import sys
 
-from gpufleet_sim import holder, state
+from gpufleet_sim import fault_table, holder, state
 
 PID_FILE = 'run/gpufleet-sim/gpu-held.pid'
-DEFAULT_SECONDS = 3600
 
 
 def devices(gpu):
@@ -71,15 +70,19 @@ def stop(wait=10.0):
     return holder.stop(PID_FILE, wait)
 
 
+def _target(gpu, seconds):
+    """(gpu, seconds) to hold: the given ones, else the gpu_held fault's in faults.json, else the fault table's defaults."""
+    settings = state.fault('gpu_held') or fault_table.apply_defaults('gpu_held', {})
+    return (int(settings['gpu']) if gpu is None else gpu), (int(settings['seconds']) if seconds is None else seconds)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog='gpu_hold', description=__doc__.split('\n', 1)[0])
     parser.add_argument('action', choices=['start', 'hold', 'stop'])
     parser.add_argument('--gpu', type=int, default=None)
     parser.add_argument('--seconds', type=int, default=None)
     arguments = parser.parse_args(argv)
-    settings = state.fault('gpu_held') or {}
-    gpu = arguments.gpu if arguments.gpu is not None else int(settings.get('gpu', 0))
-    seconds = arguments.seconds if arguments.seconds is not None else int(settings.get('seconds', DEFAULT_SECONDS))
+    gpu, seconds = _target(arguments.gpu, arguments.seconds)
     if arguments.action == 'hold':
         return hold(gpu, seconds)
     if arguments.action == 'start':

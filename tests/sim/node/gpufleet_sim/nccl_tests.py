@@ -35,7 +35,7 @@ import os
 import socket
 import sys
 
-from gpufleet_sim import state
+from gpufleet_sim import fault_table, state
 
 PROGRAM = 'all_reduce_perf'
 INSTALL_PATH = 'usr/local/bin/all_reduce_perf'
@@ -283,13 +283,14 @@ def run(argv, out=None, err=None, environ=None):
     driver = state.loaded_driver()
     failure = state.fault('nccl_fail')
     if fault_applies(failure, driver):
-        words = NCCL_ERRORS.get(str(failure.get('error') or 'system'), NCCL_ERRORS['system'])
+        error = fault_table.default('nccl_fail', 'error')
+        words = NCCL_ERRORS.get(str(failure.get('error') or error), NCCL_ERRORS[error])
         out.write("%s: Test NCCL failure %s:%d '%s / %s'\n" % ((hostname,) + LINE_COMM_INIT + (words, '')))
         return fail_main(TEST_NCCL_ERROR)
     peak = PEAK_BUSBW.get(hardware.get('profile'), DEFAULT_PEAK)
     slow = state.fault('nccl_slow')
     if fault_applies(slow, driver):
-        peak = min(peak, float(slow.get('busbw') or peak / 10.0))
+        peak = min(peak, float(slow.get('busbw') or peak / fault_table.NCCL_SLOW_DEFAULT_DIVISOR))
     word = TYPES[options.type]
     factor = 2.0 * (ranks - 1) / ranks if ranks > 1 else 1.0
     out.write('#\n')

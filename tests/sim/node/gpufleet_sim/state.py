@@ -48,6 +48,8 @@ import tempfile
 import time
 import uuid
 
+from gpufleet_sim import fault_table
+
 ROOT_ENV = 'GPUFLEET_SIM_ROOT'
 PACKAGE_ENV = 'GPUFLEET_SIM_PACKAGE'
 # Set (to anything but "" or "0") to make the boot step only record the systemctl calls of reboot_hang.
@@ -78,19 +80,6 @@ MODULE_SUBPATH = 'updates/dkms/nvidia.ko'
 
 _NVML_RE = re.compile(r'^libnvidia-ml\.so\.([0-9]+(?:\.[0-9]+)+)$')
 _VERSION_RE = re.compile(r'^([0-9]+)(?:\.|$)')
-
-# Defaults of the fault settings (tests/sim/README.md, "Faults").
-FAULT_DEFAULTS = {
-    'diag_fail': {'level': 1, 'gpu': 0},
-    'xid': {'gpu': 0, 'xid': 79},
-    'long_job': {'seconds': 3600},
-    'dpkg_lock': {'seconds': 30},
-    'gpu_lost': {'gpu': 0},
-    'nccl_fail': {'error': 'system'},
-    'gpu_held': {'gpu': 0, 'seconds': 3600},
-}
-_INT_SETTINGS = ('level', 'gpu', 'xid', 'seconds', 'branch')
-_FLOAT_SETTINGS = ('busbw',)
 
 # CUDA driver API version of each driver branch (the "CUDA Version" nvidia-smi prints).
 CUDA_BY_BRANCH = {
@@ -292,22 +281,8 @@ def load_hardware():
     return data
 
 
-def _coerce(settings):
-    out = {}
-    for key, value in settings.items():
-        if key in _INT_SETTINGS and isinstance(value, str) and value.strip().lstrip('-').isdigit():
-            value = int(value.strip())
-        elif key in _FLOAT_SETTINGS and isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        out[key] = value
-    return out
-
-
 def load_faults():
-    """``faults.json`` as ``{name: settings}`` with defaults applied.
+    """``faults.json`` as ``{name: settings}`` with the fault table's types and defaults applied (fault_table.py).
 
     The fleet writes ``{"diag_fail": {"level": 3, ...}, "xid": {...}}``; a single fault object
     (``{"name": "xid", ...}``) or a list of them is accepted too.
@@ -327,12 +302,7 @@ def load_faults():
                               dict((k, v) for k, v in entry.items() if k not in ('name', 'fault'))))
     faults = {}
     for name, settings in items:
-        merged = dict(FAULT_DEFAULTS.get(name, {}))
-        if isinstance(settings, dict):
-            merged.update(_coerce(settings))
-        if name == 'diag_fail' and not merged.get('test'):
-            merged['test'] = 'software' if int(merged.get('level', 1)) <= 1 else 'memory'
-        faults[name] = merged
+        faults[name] = fault_table.apply_defaults(name, fault_table.coerce(settings) if isinstance(settings, dict) else {})
     return faults
 
 
@@ -452,10 +422,11 @@ def lost_gpus(faults=None):
     settings = faults.get('xid')
     if not settings:
         return set()
+    settings = fault_table.apply_defaults('xid', settings)
     try:
-        if int(settings.get('xid', 79)) != 79:
+        if int(settings['xid']) != fault_table.XID_FALLEN_OFF_BUS:
             return set()
-        return {int(settings.get('gpu', 0))}
+        return {int(settings['gpu'])}
     except (TypeError, ValueError):
         return set()
 

@@ -293,3 +293,129 @@ def test_no_signature_without_failure(state):
 def test_states_cover_the_ledger():
     assert set(_gate.STATES) == {'pending', 'admitted', 'cordoned', 'drained', 'converging', 'rebooting', 'validating',
                                  'rolling_back', 'done', 'rolled_back', 'quarantined', 'deferred', 'left_alone'}
+
+
+# ------------------------------------------------------------------------------------------------ the queue at the gate
+# One rule per test: who may hold a node back (queue_candidates), whether one does (in_line), the waiting list and the
+# nodes that reached the gate as the backend keeps them (waiting, arrived).
+
+ORDER = ['n1', 'n2', 'n3', 'n4', 'n5', 'n6']
+POLL = 5.0
+GRACE = _gate.ARRIVAL_GRACE_POLLS * POLL + 3       # 13 s with a 5 s poll
+
+
+def candidates(node='n4', waiting=('n4',), arrived=('n4',), in_flight=0, forks=10, waited=GRACE + 1):
+    """queue_candidates with a late look (after the grace), workers free, only ``node`` at the gate."""
+    return _gate.queue_candidates(node, ORDER, set(waiting), set(arrived), in_flight, forks, waited, POLL)
+
+
+def test_queue_alone_at_the_gate_after_the_grace_nobody_holds_the_node_back():
+    assert candidates() == set()
+
+
+def test_queue_a_node_waiting_at_the_gate_is_a_candidate():
+    assert candidates(waiting=('n4', 'n6', 'n2')) == {'n2', 'n6'}     # in_line then keeps only those ahead
+
+
+def test_queue_the_node_itself_is_never_a_candidate():
+    assert 'n4' not in candidates(waiting=('n4',), arrived=(), waited=0)
+
+
+def test_queue_during_the_arrival_grace_nodes_ahead_that_never_arrived_are_expected():
+    assert candidates(arrived=('n4', 'n2'), waited=GRACE - 1) == {'n1', 'n3'}
+
+
+def test_queue_the_arrival_grace_ends():
+    assert candidates(arrived=('n4',), waited=GRACE) == set()
+
+
+def test_queue_no_node_is_expected_while_every_worker_is_busy():
+    # 1 waiting (n4) + 3 in flight = 4 forks: host_pinned starts nobody before a worker frees.
+    assert candidates(arrived=('n4',), in_flight=3, forks=4, waited=0) == set()
+    assert candidates(arrived=('n4',), in_flight=2, forks=4, waited=0) == {'n1', 'n2', 'n3'}
+
+
+def test_queue_at_most_forks_nodes_ahead_are_expected():
+    assert candidates(node='n6', waiting=('n6',), arrived=('n6',), forks=3, waited=0) == {'n1', 'n2', 'n3'}
+
+
+def test_queue_nodes_behind_are_never_expected():
+    assert candidates(node='n2', waiting=('n2',), arrived=('n2',), waited=0) == {'n1'}
+
+
+def test_before_lists_the_nodes_ahead_that_never_arrived():
+    order = ['a', 'b', 'c', 'd', 'e']
+    assert _gate.before(order, 'd', {'b'}, 5) == ['a', 'c']
+    assert _gate.before(order, 'e', set(), 2) == ['a', 'b']
+    assert _gate.before(order, 'a', set(), 5) == []
+
+
+def in_line(node='n4', waiting=('n1',), roll=None, pol=None, decision=None):
+    """in_line for ``node``'s own admission (the gate's decision unless ``decision``), ``waiting`` the candidates."""
+    pol, roll = pol or policy(), roll or rollout()
+    decision = decision or admit(pol, roll, SCHEDULER, node, NOW)
+    return _gate.in_line(pol, roll, SCHEDULER, node, ORDER, set(waiting), NOW, decision)
+
+
+def test_in_line_an_earlier_candidate_the_gate_admits_goes_first():
+    decision = in_line()
+    assert (decision.action, decision.rule) == ('wait', 'order')
+    assert decision.reason == 'n1 is ahead of n4 in the plan and may go now'
+
+
+def test_in_line_a_candidate_behind_holds_nobody_back():
+    assert in_line(node='n1', waiting=('n4',)).action == 'admit'
+
+
+def test_in_line_a_node_that_is_no_candidate_holds_nobody_back():
+    assert in_line(waiting=()).action == 'admit'
+
+
+def test_in_line_an_earlier_candidate_that_may_not_go_holds_nobody_back():
+    # n5 (domain a) is in flight: n1 and n3 (domain a) wait for their domain, n4 (domain b) may overtake them.
+    pol = policy(gpufleet_domain_var='rack', gpufleet_domain_max=1)
+    assert in_line(waiting=('n1', 'n3'), roll=rollout(n5={'state': 'cordoned'}), pol=pol).action == 'admit'
+    assert in_line(waiting=('n2',), roll=rollout(n5={'state': 'cordoned'}), pol=pol).rule == 'order'
+
+
+def test_in_line_an_earlier_candidate_not_pending_holds_nobody_back():
+    assert in_line(roll=rollout(n1={'state': 'drained'})).action == 'admit'
+    assert in_line(roll=rollout(n1={'state': 'done', 'finished': T - 60})).action == 'admit'
+
+
+@pytest.mark.parametrize('decision', [
+    _gate.Decision(_gate.WAIT, 'window', 'window full'),
+    _gate.Decision(_gate.PAUSE, 'operator', 'paused'),
+    _gate.Decision(_gate.SKIP, 'final', 'done'),
+    _gate.Decision(_gate.ADMIT, 'resume', 'caught converging'),
+])
+def test_in_line_only_an_admission_waits_its_turn(decision):
+    assert in_line(decision=decision) is decision
+
+
+def test_waiting_a_poll_registers_the_node_at_its_time():
+    assert _gate.waiting({'n1': T - 1}, 'n4', True, T, _gate.waiting_ttl(POLL)) == {'n1': T - 1, 'n4': T}
+
+
+def test_waiting_a_node_that_leaves_the_gate_is_removed():
+    assert _gate.waiting({'n1': T - 1, 'n4': T - 1}, 'n4', False, T, _gate.waiting_ttl(POLL)) == {'n1': T - 1}
+
+
+def test_waiting_a_node_silent_longer_than_the_ttl_is_forgotten():
+    ttl = _gate.waiting_ttl(POLL)
+    assert ttl == POLL * _gate.WAITING_POLLS + 2
+    assert _gate.waiting({'n1': T - ttl, 'n2': T - ttl - 0.1}, 'n4', True, T, ttl) == {'n1': T - ttl, 'n4': T}
+
+
+def test_waiting_an_entry_that_is_not_a_time_is_dropped():
+    assert _gate.waiting({'n1': True, 'n2': 'soon', 'n3': None}, 'n4', False, T, 17) == {}
+
+
+def test_arrived_adds_the_node_once():
+    assert _gate.arrived(['n1'], 'n4') == ({'n1', 'n4'}, True)
+    assert _gate.arrived(['n1', 'n4'], 'n4') == ({'n1', 'n4'}, False)
+    assert _gate.arrived(None, 'n4') == ({'n4'}, True)
+
+
+def test_arrived_ignores_names_that_are_not_text():
+    assert _gate.arrived([3, None, 'n1'], 'n4') == ({'n1', 'n4'}, True)

@@ -1,9 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The rollout gate's glue: scheduler answers (real captures), the run chosen, the order at the gate, walks, summaries."""
+"""The rollout's decisions beside the gate's: scheduler answers (real captures), the run chosen, a resume refused, walks, summaries."""
 
-import dataclasses
 import datetime
 import json
 import os
@@ -14,6 +13,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validat
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _phase
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._policy import load_policy
 from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import read_fixture
@@ -222,39 +222,6 @@ def test_a_final_event_has_one_writer(tmp_path):
     assert _phase.record(ledger, 'n1', 'quarantined', 'the safety net, too late') == []
     finals = [event for event in ledger.backend.read_events('r', 0)[0] if event['node'] == 'n1' and event['to'] in _gate.FINAL]
     assert len(finals) == 1
-
-
-# ------------------------------------------------------------------------------------------------ order at the gate
-
-def gate_rollout(**states):
-    nodes = {name: _gate.Node(domain='a' if name in ('n1', 'n3') else 'b', gpus=8) for name in ('n1', 'n2', 'n3', 'n4')}
-    for name, changes in states.items():
-        nodes[name] = dataclasses.replace(nodes[name], **changes)
-    return _gate.Rollout(nodes=nodes)
-
-
-ORDER = ['n1', 'n2', 'n3', 'n4']
-WINDOW = load_policy({'gpufleet_window': 1, 'gpufleet_canary': 0, 'gpufleet_max_fail_percentage': None})
-
-
-def test_an_earlier_waiting_node_goes_first():
-    rollout = gate_rollout()
-    assert _rollout.first_in_line(WINDOW, rollout, _gate.SchedulerView(), 'n3', ORDER, {'n1', 'n3'}, NOW) == 'n1'
-    assert _rollout.first_in_line(WINDOW, rollout, _gate.SchedulerView(), 'n1', ORDER, {'n1', 'n3'}, NOW) is None
-
-
-def test_a_node_not_at_the_gate_holds_nobody_back():
-    rollout = gate_rollout()
-    assert _rollout.first_in_line(WINDOW, rollout, _gate.SchedulerView(), 'n3', ORDER, {'n3'}, NOW) is None
-
-
-def test_an_earlier_node_that_may_not_go_holds_nobody_back():
-    policy = load_policy({'gpufleet_window': 2, 'gpufleet_canary': 0, 'gpufleet_max_fail_percentage': None,
-                          'gpufleet_domain_var': 'rack', 'gpufleet_domain_max': 1})
-    rollout = gate_rollout(n1=dict(state='cordoned'))
-    # n3 (domain a, like n1 in flight) waits for its domain; n2 (domain b) may overtake it.
-    assert _rollout.first_in_line(policy, rollout, _gate.SchedulerView(), 'n2', ORDER, {'n2', 'n3'}, NOW) is None
-    assert _rollout.first_in_line(policy, rollout, _gate.SchedulerView(), 'n4', ORDER, {'n2', 'n4'}, NOW) == 'n2'
 
 
 # ------------------------------------------------------------------------------------------------ summary, escalation
@@ -573,8 +540,36 @@ def test_the_previous_pin_is_that_of_the_newest_finished_run_of_the_inventory():
     assert _rollout.previous_pin(states, 'none') == {}
 
 
-def test_only_nodes_ahead_that_never_arrived_hold_a_node_back():
-    order = ['a', 'b', 'c', 'd', 'e']
-    assert _rollout.before(order, 'd', {'b'}, 5) == ['a', 'c']
-    assert _rollout.before(order, 'e', set(), 2) == ['a', 'b']
-    assert _rollout.before(order, 'a', set(), 5) == []
+def test_a_resume_by_another_playbook_or_in_another_mode_is_refused():
+    state = {'kind': 'converge', 'mode': 'window'}
+    assert _rollout.resume_refusal('r1', state, 'converge', 'window') is None
+    assert _rollout.resume_refusal('r1', state, '', 'window') is None                   # no kind given: not checked
+    assert _rollout.resume_refusal('r1', {}, 'rollback', 'batch') is None                # recorded nothing: an older run
+    assert _rollout.resume_refusal('r1', state, 'rollback', 'window').startswith('run r1 is a converge run, this is rollback')
+    assert 'resume it in window mode (gpufleet_window set)' in _rollout.resume_refusal('r1', state, 'converge', 'batch')
+
+
+def test_a_resume_sets_the_run_running_unless_an_operator_paused_it_or_nothing_is_left():
+    left = {'n1': {'state': 'done'}, 'n2': {'state': 'pending'}}
+    assert _rollout.reopens({'status': 'paused', 'pause': {'by': 'gate', 'rule': 'budget'}, 'nodes': left})
+    assert not _rollout.reopens({'status': 'paused', 'pause': {'by': 'operator'}, 'nodes': left})
+    assert not _rollout.reopens({'status': 'running', 'nodes': left})
+    assert not _rollout.reopens({'status': 'finished', 'nodes': {'n1': {'state': 'done'}}})
+
+
+def test_the_finish_ends_a_run_whose_nodes_are_final_unless_a_pause_rule_holds():
+    final = {'n1': {'state': 'done'}, 'n2': {'state': 'rolled_back'}}
+    assert _rollout.finishes({'status': 'running', 'nodes': final}, paused=False)
+    assert _rollout.finishes({'status': 'paused', 'pause': {'rule': 'batch_budget'}, 'nodes': final}, paused=False)
+    assert not _rollout.finishes({'status': 'paused', 'pause': {'rule': 'operator'}, 'nodes': final}, paused=False)
+    assert not _rollout.finishes({'status': 'running', 'nodes': final}, paused=True)
+    assert not _rollout.finishes({'status': 'running', 'nodes': dict(final, n3={'state': 'drained'})}, paused=False)
+
+
+def test_the_plan_order_puts_idle_nodes_first_longest_first():
+    fleet = _rollout.Fleet({'a': 8, 'b': 8, 'c': 8}, ())
+    fleet.jobs = {'a': [_planner.Job(id='1', checkpoint=None, end=None)]}
+    earlier = [{'nodes': {'b': {'state': 'done', 'admitted_at': '2026-11-24T12:00:00+00:00', 'finished_at': '2026-11-24T12:01:00+00:00'},
+                          'c': {'state': 'done', 'admitted_at': '2026-11-24T12:00:00+00:00', 'finished_at': '2026-11-24T12:09:00+00:00'}}}]
+    order = _rollout.plan_order(['a', 'b', 'c'], {}, fleet, earlier)
+    assert order == ['c', 'b', 'a']            # c took 9 min last time, b 1 min; a runs a job

@@ -42,7 +42,8 @@ def fail(ledger, node, gpu):
 
 
 def decide(ledger, node):
-    state = ledger.refresh()
+    ledger.catch_up()
+    state = ledger.state
     return _gate.admit(POLICY, _rollout.rollout_view(_ledger.node_view(state), state.get('breaker_history')), _gate.SchedulerView(), node, NOW)
 
 

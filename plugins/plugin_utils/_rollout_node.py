@@ -1,0 +1,223 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The rollout gate's steps for one node (the host the task runs for): ``confirm``, ``admit`` and ``settle``.
+
+Each step is a function of a :class:`._run_context.RunContext`.  ``admit`` waits at the gate: it reads the ledger's head
+and the scheduler each poll, asks :func:`._gate.admit` and, for an admission, :func:`._gate.in_line` (the plan's order,
+the arrival grace), and records the answer under the run lock.
+"""
+
+from __future__ import annotations
+
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _phase
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._run_context import GateError
+
+# The gate asks a scheduler that does not answer again after the poll interval, doubled each time up to this (seconds).
+SCHEDULER_BACKOFF_MAX = 30.0
+
+
+def confirm(context):
+    """A resumed run's done node after its quick check (I(validation), I(unreachable)): confirmed done, or back to pending."""
+    args, node = context.args, context.host
+    ledger = context.ledger(args['ledger'])
+    with ledger.locked(full=False) as state:
+        record = ledger.node(node)
+        if record is None:
+            raise GateError('%s is not a node of run %s' % (node, ledger.run_id))
+        current = record['state']
+        if current != 'done':
+            context.result.update(changed=False, state=current, confirmed=False, msg='%s: %s, nothing to confirm' % (node, current))
+            return
+        to, reason = _rollout.confirm_decision(args['validation'], args['unreachable'], pin=state.get('pin'))
+        details = {'confirmed_at': _ledger.iso(context.clock.utcnow())} if to == 'done' else {'recheck': True}
+        ledger.transition(node, to, reason, details=details, gate=True)
+    context.result.update(changed=True, state=to, confirmed=to == 'done', reason=reason, msg='%s: %s' % (node, reason))
+
+
+# ---------------------------------------------------------------------------------------------- admit
+
+def _fleet_or_stop(context, ledger, node):
+    """The scheduler's answer for the gate, asked again with a doubling pause while it does not answer (slurmctld or the
+    Kubernetes API gone); after I(scheduler_timeout) seconds the run is paused (rule ``scheduler``) and (None, why)
+    returned: no node is admitted while the scheduler cannot be read, and the nodes in flight keep their own states."""
+    args, clock = context.args, context.clock
+    started = clock.time()
+    pause = max(0.2, args['poll'])
+    tries = 0
+    error = ''
+    while True:
+        tries += 1
+        try:
+            return context.read_fleet(list(args['order']) or list(ledger.state['nodes'])), None
+        except (GateError, _rollout.RolloutError, _slurm.SlurmParseError) as exc:
+            error = to_native(exc)
+        if args['scheduler'] == 'none':
+            raise GateError(error)
+        retry = _rollout.scheduler_retry(clock.time() - started, pause, args['scheduler_timeout'], SCHEDULER_BACKOFF_MAX)
+        if retry is None or clock.parent() == 1:
+            break
+        sleep, pause = retry
+        clock.sleep(sleep)
+    why = 'the scheduler (%s) did not answer %d tries over %ds: %s' % (args['scheduler'], tries, round(clock.time() - started), error)
+    with ledger.locked() as state:
+        if state['status'] == 'running':
+            ledger.set_status('paused', why, details={'rule': 'scheduler', 'by': 'gate'})
+    context.warn('%s: %s; the run is paused and %s stays pending' % (node, why, node))
+    return None, why
+
+
+def _waiting(backend, run_id, node, present, ttl, now):
+    """Register (or remove) ``node`` in the gate's waiting list, kept through the backend (another controller of the run
+    sees it): the nodes waiting now. Call under the run lock."""
+    document = backend.read_doc(run_id, 'waiting') or {}
+    data = _gate.waiting(document.get('nodes') or {}, node, present, now, ttl)
+    if data != (document.get('nodes') or {}):
+        backend.write_doc(run_id, 'waiting', {'nodes': data})
+    return set(data)
+
+
+def _arrived(backend, run_id, node):
+    """Record that ``node`` reached the gate in this run, through the backend: every node that ever did. Call under the run
+    lock."""
+    document = backend.read_doc(run_id, 'arrived') or {}
+    data, new = _gate.arrived(document.get('nodes'), node)
+    if new:
+        backend.write_doc(run_id, 'arrived', {'nodes': sorted(data)})
+    return data
+
+
+def _decide(context, ledger, policy, scheduler, node, started, poll):
+    """One look at the gate under the run lock: the decision for ``node`` (in the plan's order when it is an admission),
+    recorded. (decision, the state a crash caught the node in, the head when this look paused the run)."""
+    args, clock = context.args, context.clock
+    backend = ledger.backend
+    ttl = _gate.waiting_ttl(poll)
+    scheduler_out = set(scheduler.unavailable)
+    now = clock.utcnow()
+    caught = ''
+    pause_set = None
+    with ledger.locked(full=False) as state:
+        # The gate's compact view: the nodes in flight, failed or early, this node and the unavailable ones.
+        rollout = _rollout.rollout_view(ledger.gate_view(node, extra=scheduler_out), context.breaker(state))
+        decision = _gate.admit(policy, rollout, scheduler, node, now)
+        if decision.action == _gate.ADMIT and decision.rule != 'resume':
+            waiting = _waiting(backend, ledger.run_id, node, True, ttl, clock.time())
+            arrived = _arrived(backend, ledger.run_id, node)
+            forks = int(context.task_vars.get('ansible_forks') or 5)
+            in_flight = sum(state['counts'].get(name, 0) for name in _ledger.IN_FLIGHT)
+            candidates = _gate.queue_candidates(node, args['order'], waiting, arrived, in_flight, forks, clock.time() - started, poll)
+            if candidates:
+                rollout = _rollout.rollout_view(ledger.gate_view(node, extra=scheduler_out | candidates), context.breaker(state))
+            decision = _gate.in_line(policy, rollout, scheduler, node, args['order'], candidates, now, decision)
+        if decision.action == _gate.ADMIT:
+            details = {'canary': True} if decision.canary else None
+            caught = ledger.node(node)['state'] if decision.rule == 'resume' else ''
+            ledger.transition(node, 'admitted', decision.reason, details=details, resume=decision.rule == 'resume')
+            _waiting(backend, ledger.run_id, node, False, ttl, clock.time())
+        elif decision.action in (_gate.SKIP, _gate.PAUSE):
+            _waiting(backend, ledger.run_id, node, False, ttl, clock.time())
+            if decision.action == _gate.PAUSE and state['status'] != 'paused':
+                ledger.set_status('paused', decision.reason, details={'rule': decision.rule, 'by': 'gate'})
+                pause_set = state
+        else:
+            _waiting(backend, ledger.run_id, node, True, ttl, clock.time())
+    return decision, caught, pause_set
+
+
+def admit(context):
+    """Wait at the gate until the node is admitted (or skipped, the run paused, I(admit_timeout) spent, the scheduler gone)."""
+    args, clock, node = context.args, context.clock, context.host
+    spec = args['ledger']
+    ledger = context.ledger(spec)
+    results_dir = context.results_dir(spec)
+    poll = max(0.2, args['poll'])
+    started = clock.time()
+    domains = {}
+    hostvars = context.task_vars.get('hostvars') or {}
+    parent = clock.parent()
+    caught = ''
+    while True:
+        if clock.parent() != parent:
+            # ansible-playbook is gone (killed): an orphaned worker must not admit anyone.
+            raise GateError('ansible-playbook (pid %d) is gone; %s stays pending' % (parent, node))
+        ledger.catch_up()
+        state = ledger.head      # run-level fields only: a poll never reads every node's record
+        policy = _policy.load_policy(state['policy'])
+        if policy.domain_var and not domains:
+            domains = {name: context.hostvar(name, policy.domain_var) for name in hostvars}
+        if state['status'] == 'paused' and (state.get('pause') or {}).get('rule') == 'scheduler':
+            decision = _gate.Decision('pending', 'scheduler', 'the run is paused: %s' % state['pause'].get('reason'))
+            waited = round(clock.time() - started, 1)
+            break
+        fleet, why = _fleet_or_stop(context, ledger, node)
+        if fleet is None:
+            decision = _gate.Decision('pending', 'scheduler', why)
+            waited = round(clock.time() - started, 1)
+            break
+        decision, caught, pause_set = _decide(context, ledger, policy, fleet.view(domains), node, started, poll)
+        if pause_set is not None:
+            context.escalate(policy.escalation, _rollout.escalation_payload(ledger.run_id, decision.to_dict(), pause_set))
+        waited = round(clock.time() - started, 1)
+        if decision.action != _gate.WAIT:
+            break
+        if args['admit_timeout'] and waited >= args['admit_timeout']:
+            decision = _gate.Decision('pending', decision.rule, 'waited %ss at the gate (admit_timeout): %s' % (waited, decision.reason))
+            break
+        pause = poll
+        if decision.until is not None:
+            pause = max(0.2, min(poll, decision.until.timestamp() - clock.time()))
+        clock.sleep(pause)
+    verdict = decision.action
+    context.result.update(changed=verdict == _gate.ADMIT, verdict=verdict, admitted=verdict == _gate.ADMIT, rule=decision.rule,
+                          reason=decision.reason, canary=decision.canary, waited=waited,
+                          msg='%s: %s (%s): %s' % (node, verdict, decision.rule, decision.reason))
+    if verdict == _gate.ADMIT:
+        context.result['caught'] = caught
+        context.result['ansible_facts'] = {'gpufleet_ledger': dict(spec, results_dir=results_dir)}
+
+
+# ---------------------------------------------------------------------------------------------- settle
+
+def settle(context):
+    """After the role: the node's final state in the ledger (a safety net: upgrade_phase records it when the role has a ledger),
+    then a retry (gpufleet_retries) of a node the procedure put back as it was, and the escalation of a quarantine."""
+    args, node = context.args, context.host
+    ledger = context.ledger(args['ledger'])
+    policy = _policy.load_policy(ledger.head['policy'])
+    given = args['result'] or {}
+    target = given.get('state')
+    recorded = []
+    retry = False
+    with ledger.locked(full=False):
+        record = ledger.node(node)      # this node's record only, not the run's every node
+        if record is None:
+            raise GateError('%s is not a node of run %s' % (node, ledger.run_id))
+        current = record['state']
+        if current not in _gate.FINAL:
+            # The safety net when node_upgrade could not record its final event (the ledger did not take it): the same rule
+            # and the same details as upgrade_phase, written once.
+            target, reason = _phase.final_state(target, given.get('reason') if target else None)
+            details = _phase.final_details(given, node, given.get('facts_before'), given.get('facts_after'))
+            for step in _rollout.walk(current, target):
+                ledger.transition(node, step, reason if step == target else 'recorded by the gate after node_upgrade',
+                                  details=details if step == target else None)
+                recorded.append(step)
+        record = ledger.node(node)
+        final = record['state']
+        retry, why = _rollout.retry_decision(policy, record)
+        if retry:
+            ledger.transition(node, _gate.PENDING, why, details={'retries': int(record.get('retries') or 0) + 1}, gate=True)
+            recorded.append(_gate.PENDING)
+        payload = _rollout.quarantine_payload(ledger.run_id, node, dict(ledger.head, nodes={node: record})) if final == 'quarantined' else None
+    if payload is not None:
+        context.escalate(policy.escalation, payload)
+    context.result.update(changed=bool(recorded), recorded=recorded, state=final, retry=retry,
+                          msg='%s: %s%s' % (node, final, ('; %s' % why) if retry else ''))

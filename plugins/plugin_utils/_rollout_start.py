@@ -1,0 +1,222 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The rollout gate's steps before the nodes, on localhost: ``check`` (the policy), ``plan`` (the dry run) and ``start``
+(start or resume a run).
+
+Each step is a function of a :class:`._run_context.RunContext`.  The start reads the earlier runs in the backend once
+(:func:`read_earlier`): their states give the plan's durations, the previous pin and the circuit breaker's memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._run_context import GateError
+
+
+def check(context):
+    """The policy validated (and every node's domain variable), nothing else: a bad value fails before any node is read."""
+    policy = context.policy()
+    context.domains(policy, list(dict.fromkeys(context.args['nodes'])))
+    context.result.update(changed=False, policy=policy.to_dict(), msg='policy: %s' % json.dumps(policy.to_dict(), sort_keys=True))
+
+
+def plan(context):
+    """The dry run: the order, each node's start and end, what blocks it now and the predicted duration (phase times from the
+    last I(history) runs' events); changes nothing."""
+    args = context.args
+    nodes = list(dict.fromkeys(args['nodes']))
+    policy = context.policy()
+    domains = context.domains(policy, nodes)
+    scheduler = context.fleet_or_empty(nodes, jobs=True)
+    histories = []
+    spec = context.ledger_spec() if args['run_dir'] else {}
+    if spec and (spec['backend'] != 'file' or os.path.isdir(args['run_dir'])):
+        backend = context.backend(spec)
+        try:
+            earlier = backend.run_ids()[-max(0, args['history']):] if args['history'] else []
+        except _ledger.LedgerError as exc:
+            context.warn(to_native(exc))
+            earlier = []
+        for run_id in earlier:
+            try:
+                events, _offset = backend.read_events(run_id, 0)
+            except _ledger.LedgerError as exc:
+                context.warn(to_native(exc))
+                continue
+            histories.append(_ledger.phase_times(events))
+    estimates, samples = _planner.phase_estimates(histories)
+    planned = _planner.plan(policy, _rollout.plan_nodes(nodes, scheduler, domains), scheduler.view(domains), context.clock.utcnow(),
+                            estimates=estimates, converge=bool(args['pin']))
+    planned['phase_samples'] = samples
+    lines = _rollout.plan_lines(planned)
+    context.result.update(changed=False, plan=planned, lines=lines, msg=lines[-1])
+
+
+@dataclasses.dataclass
+class Earlier:
+    """What a start knows of the earlier runs: ``states`` of the last I(history) runs (oldest first: the nodes' durations,
+    the previous pin) and the circuit breaker's memory (``breaker``, :func:`._rollout.breaker_history`)."""
+
+    states: list
+    breaker: dict
+
+
+def read_earlier(context, backend, run_ids, run_id, policy):
+    """The earlier runs (``run_ids``: the backend's listing, ``run_id`` left out), each read once.
+
+    The last I(history) runs give :attr:`Earlier.states`; with a circuit breaker every other run feeds its memory (within
+    ``policy``'s window). A run that cannot be read is a warning.
+    """
+    history = context.args['history']
+    others = [name for name in run_ids if name != run_id]
+    recent = others[-max(0, history):] if history else []
+    breaker = policy.circuit_breaker_threshold is not None
+    states = {}
+    unread = {}
+    for name in (others if breaker else recent):
+        try:
+            states[name] = _ledger.RunLedger.open(backend, name).state      # state.json lags mid-run: the reader's rule
+        except (_ledger.LedgerError, OSError, ValueError) as exc:
+            unread[name] = to_native(exc)
+    for name in recent:
+        if name in unread:
+            context.warn(unread[name])
+    memory = {'quarantines': [], 'reset': None}
+    if breaker:
+        for name in others:
+            if name in unread:
+                context.warn('circuit breaker: run %s cannot be read: %s' % (name, unread[name]))
+        memory = _rollout.breaker_history([states[name] for name in others if name in states], context.clock.time(),
+                                          policy.circuit_breaker_window)
+    return Earlier([states[name] for name in recent if name in states], memory)
+
+
+def _resume(context, backend, run_id, inventory, infos, policy):
+    """Resume run ``run_id``: refused (nothing written) for another pin, playbook or mode; the new nodes added, the run
+    running again, in batch mode the nodes a crash caught in flight admitted again. (ledger, its policy, caught)."""
+    args = context.args
+    ledger = _ledger.RunLedger.open(backend, run_id)
+    state = ledger.state
+    # The run's pin and mode are the ones it recorded: another one refuses the resume before anything is written.
+    _rollout.resume_pin(run_id, state.get('pin'), args['pin'], args['pin_source'])
+    refusal = _rollout.resume_refusal(run_id, state, args['kind'], args['mode'])
+    if refusal:
+        raise GateError(refusal)
+    if state.get('inventory') not in (None, inventory):
+        context.warn('run %s was started from inventory %s' % (run_id, state.get('inventory')))
+    ledger.add_nodes({node: info for node, info in infos.items() if node not in state['nodes']})
+    if _rollout.reopens(state):
+        ledger.set_status('running', 'resumed')
+    caught = {}
+    if args['mode'] == 'batch':
+        # No gate re-admits a node a crash caught in flight: the start does, and its procedure starts again.
+        for name, record in sorted(state['nodes'].items()):
+            if record['state'] in _gate.IN_FLIGHT:
+                caught[name] = record['state']
+                ledger.transition(name, 'admitted', '%s was caught %s by a crash: the batch runs its procedure again'
+                                  % (name, record['state']), resume=True)
+    if _policy.load_policy(state['policy']) != policy:
+        context.warn('run %s keeps the policy it started with (state.json policy); start a new run to change it' % run_id)
+    return ledger, _policy.load_policy(state['policy']), caught
+
+
+def _hold_batch(context, ledger, state, policy, breaker):
+    """Batch mode: no gate stands before a batch, so the run-level rules are checked here, before any node of the first batch
+    is touched (an operator's pause, a tripped circuit breaker, a pin suspect, a spent budget)."""
+    held = _gate.pause_decision(policy, _rollout.rollout_view(_ledger.node_view(state), breaker), context.clock.utcnow())
+    if held is not None:
+        if state['status'] != 'paused':
+            ledger.set_status('paused', held.reason, details={'rule': held.rule, 'by': 'gate'})
+        raise GateError('rollout paused (%s): %s; no batch starts' % (held.rule, held.reason))
+
+
+def _open_run(context, backend, run_ids, run_id, resume, inventory, nodes, policy, domains):
+    """The run's ledger, started or resumed, under the fleet lock: (ledger, its policy, scheduler, earlier, caught)."""
+    args = context.args
+    scheduler = context.fleet_or_empty(nodes, jobs=True)
+    infos = {node: {'domain': domains[node], 'gpus': scheduler.gpus.get(node, 0)} for node in nodes}
+    if resume:
+        ledger, policy, caught = _resume(context, backend, run_id, inventory, infos, policy)
+        earlier = read_earlier(context, backend, run_ids, run_id, policy)
+    else:
+        # One record per run: the pin, the previous pin, the policy, the mode, the order and the circuit breaker's memory
+        # of earlier runs, all in the ledger's first event.
+        caught = {}
+        earlier = read_earlier(context, backend, run_ids, run_id, policy)
+        order = _rollout.plan_order(infos, {node: info['domain'] for node, info in infos.items()}, scheduler, earlier.states)
+        ledger = _ledger.RunLedger.create(backend, run_id, inventory=inventory, policy=policy.to_dict(), pin=args['pin'], nodes=infos,
+                                          mode=args['mode'], kind=args['kind'] or None,
+                                          previous_pin=_rollout.previous_pin(earlier.states, inventory), order=order,
+                                          breaker_history=earlier.breaker)
+    if args['mode'] == 'batch':
+        _hold_batch(context, ledger, ledger.state, policy, earlier.breaker)
+    return ledger, policy, scheduler, earlier, caught
+
+
+def start(context):
+    """Start a run (or resume the given or the last unfinished one of this inventory) under the fleet lock; the hosts to go."""
+    args = context.args
+    nodes = list(dict.fromkeys(args['nodes']))
+    if not nodes:
+        raise GateError('nodes: the rollout has no nodes (check gpufleet_hosts)')
+    policy = context.policy()
+    domains = context.domains(policy, nodes)
+    if not args['run_dir']:
+        raise GateError('run_dir: gpufleet_run_dir must be a folder on the controller')
+    spec = context.ledger_spec()
+    backend = context.backend(spec)
+    inventory = context.inventory()
+    fleet = args['fleet'] or _rollout.fleet_name(inventory)
+    if args['run_id']:
+        _ledger.check_run_id(args['run_id'])
+    run_ids = backend.run_ids()
+    run_id, resume = _rollout.choose_run(args['run_id'], run_ids, None if args['run_id'] else _ledger.last_unfinished(backend, inventory))
+    run_id = run_id or _ledger.new_run_id(context.clock.utcnow())
+    holder = _ledger.holder_identity(run_id, pid=context.clock.parent())
+    stale = backend.acquire(fleet, holder)
+    if stale:
+        context.warn('took over the fleet lock of run %s (host %s, pid %s is gone)' % (stale.get('run_id'), stale.get('host'), stale.get('pid')))
+    try:
+        backend.hold(fleet, holder)
+        ledger, policy, scheduler, earlier, caught = _open_run(context, backend, run_ids, run_id, resume, inventory, nodes, policy, domains)
+        state = ledger.state
+    except BaseException:
+        backend.release(fleet, run_id)
+        raise
+    all_nodes = list(state['nodes'])
+    ordered = _rollout.plan_order(all_nodes, {name: record.get('domain') for name, record in state['nodes'].items()}, scheduler, earlier.states)
+    # A resumed run's done nodes are confirmed with a quick check before they are skipped: they go first (a few seconds each,
+    # nothing cordoned); one that fails it goes back to pending and on through the gate.
+    confirm = _rollout.confirm_expectations(state) if resume and args['mode'] == 'window' else {}
+    if args['mode'] == 'batch':
+        # Batch mode keeps what users know of serial: the inventory's order; a resume takes the nodes not final yet.
+        hosts = [name for name in nodes + [name for name in all_nodes if name not in nodes] if state['nodes'][name]['state'] not in _gate.FINAL]
+    else:
+        hosts = [name for name in ordered if name in confirm] + [name for name in ordered if state['nodes'][name]['state'] not in _gate.FINAL]
+    breaker = earlier.breaker
+    window = policy.window_size(len(all_nodes))
+    forks = context.var('ansible_forks')
+    if args['mode'] == 'window' and isinstance(forks, int) and forks < window + 1:
+        context.warn('forks is %d: host_pinned runs at most that many hosts; the window is %d, set forks to at least %d' % (forks, window, window + 1))
+    context.result.update(
+        changed=not resume, run_id=run_id, resumed=resume, fleet=fleet, order=ordered, hosts=hosts, confirm=confirm, breaker=breaker,
+        window=window, ledger_dir=backend.path(run_id), caught=caught, mode=args['mode'],
+        msg='%s %s-mode run %s: %d node(s), %d to go, %d done to confirm, %s; %d quarantine(s) of earlier runs count for the circuit '
+            'breaker' % ('resumed' if resume else 'started', args['mode'], run_id, len(all_nodes), len(hosts) - len(confirm), len(confirm),
+                         'window %d' % window if args['mode'] == 'window' else 'in batches (serial)', len(breaker['quarantines'])))
+    context.result['ansible_facts'] = {'gpufleet_rollout': {
+        'run_id': run_id, 'run_dir': backend.run_dir, 'fleet': fleet, 'ledger': dict(spec, run_id=run_id), 'order': ordered, 'hosts': hosts,
+        'resumed': resume, 'window': window, 'results_dir': args['results_dir'] or os.path.join(backend.path(run_id), 'results'),
+        'policy': policy.to_dict(), 'confirm': confirm, 'breaker': breaker, 'pin': state.get('pin') or {}, 'mode': args['mode'],
+        'caught': caught}}

@@ -1,0 +1,217 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The run's context: what every step of the rollout gate (``gpufleet.lifecycle.rollout``) is handed.
+
+A step (:mod:`._rollout_start`, :mod:`._rollout_admit`, :mod:`._rollout_steps`) is a function of one
+:class:`RunContext`: the task's arguments, its variables (templated where they are read), the task's result (where the
+step writes its answer and its warnings) and the I/O, injected so that a unit test replaces it:
+
+* ``open_backend``: the ledger's backend from its specification (:func:`._ledger.open_backend`);
+* ``read_scheduler``: the scheduler's answer now (:func:`read_scheduler`: ``scontrol``/``squeue``, the Kubernetes API,
+  or each node's ``gpufleet_gpus``);
+* ``send``: the escalation hook (:func:`send_escalation`: a command or a URL);
+* ``clock``: the wall clock, sleeping at the gate and the controller's process (:class:`Clock`).
+
+The decisions are not here: :mod:`._policy`, :mod:`._gate`, :mod:`._planner`, :mod:`._rollout`, :mod:`._ledger`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+from ansible.module_utils.common.text.converters import to_native
+from ansible.module_utils.urls import open_url
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
+
+COMMAND_TIMEOUT = 60
+
+
+class GateError(Exception):
+    """A failure of the gate that ends the task with this message."""
+
+
+class Clock:
+    """The wall clock (``time``, ``utcnow``), sleeping at the gate (``sleep``) and the controller's process (``parent``:
+    the pid of ansible-playbook, whose worker runs the step)."""
+
+    @staticmethod
+    def time():
+        return time.time()
+
+    @staticmethod
+    def sleep(seconds):
+        time.sleep(seconds)
+
+    @staticmethod
+    def utcnow():
+        return _ledger.utcnow()
+
+    @staticmethod
+    def parent():
+        return os.getppid()
+
+
+def command_environment(extra):
+    """The environment of a scheduler command: the controller's, ``extra`` (I(slurm_environment)) and the C locale."""
+    environment = dict(os.environ)
+    environment.update({str(key): str(value) for key, value in (extra or {}).items()})
+    environment.update(LC_ALL='C', LANG='C')
+    return environment
+
+
+def run_command(argv, environment):
+    """A scheduler command's standard output; :class:`GateError` when it cannot run or fails."""
+    try:
+        process = subprocess.run(argv, env=environment, capture_output=True, text=True, check=False, timeout=COMMAND_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GateError('%s: %s' % (' '.join(argv), exc)) from None
+    if process.returncode != 0:
+        raise GateError('%s exited %d: %s' % (' '.join(argv), process.returncode, _slurm.escape_controls(process.stderr.strip())[:500]))
+    return process.stdout
+
+
+def read_scheduler(context, nodes, jobs=False):
+    """The scheduler's answer now (:class:`._rollout.Fleet`), read on the controller: Slurm (``scontrol``, and with ``jobs``
+    ``squeue``), Kubernetes or Run:ai (the API), else each of ``nodes``' ``gpufleet_gpus`` host variable."""
+    args = context.args
+    scheduler = args['scheduler']
+    if scheduler == 'slurm':
+        environment = command_environment(args['slurm_environment'])
+        fleet = _rollout.slurm_view(run_command(['scontrol', 'show', 'node', '-o'], environment))
+        if jobs:
+            fleet.jobs = _rollout.slurm_jobs(run_command(['squeue', '--noheader', '--states=RUNNING', '--format=%i|%N|%e|%k'], environment))
+        return fleet
+    if scheduler in ('kubernetes', 'runai'):
+        try:
+            from kubernetes import client as kube_client  # pylint: disable=import-outside-toplevel
+            from kubernetes import config as kube_config  # pylint: disable=import-outside-toplevel
+        except ImportError:
+            raise GateError('the kubernetes Python library is needed to read the nodes (pip install kubernetes)') from None
+        try:
+            api = kube_config.new_client_from_config(config_file=args['kubeconfig'] or None)
+            listing = kube_client.CoreV1Api(api).list_node()
+            return _rollout.kube_view(api.sanitize_for_serialization(listing))
+        except Exception as exc:  # pylint: disable=broad-except
+            raise GateError('reading the Kubernetes nodes: %s' % to_native(exc)) from None
+    return _rollout.static_view({node: context.hostvar(node, 'gpufleet_gpus') for node in nodes})
+
+
+def send_escalation(escalation, payload):
+    """Call the escalation hook: a command (``escalation`` a tuple; the payload as JSON on its standard input) or a URL
+    (POSTed). Raises on failure."""
+    body = json.dumps(payload, sort_keys=True)
+    if isinstance(escalation, tuple):
+        process = subprocess.run(list(escalation), input=body, capture_output=True, text=True, check=False, timeout=COMMAND_TIMEOUT)
+        if process.returncode != 0:
+            raise GateError('exited %d: %s' % (process.returncode, process.stderr.strip()[:300]))
+    else:
+        open_url(escalation, data=body, method='POST', headers={'Content-Type': 'application/json'}, timeout=COMMAND_TIMEOUT)
+
+
+class RunContext:
+    """One step's arguments (``args``, checked against the action's argument spec), the task's variables, its result and
+    the injected I/O (see the module docstring)."""
+
+    def __init__(self, args, task_vars, result=None, template=None, clock=None, open_backend=None, scheduler=None, send=None):
+        self.args = args
+        self.task_vars = task_vars or {}
+        self.result = {} if result is None else result
+        self.template = template or (lambda value: value)
+        self.clock = clock or Clock()
+        self.open_backend = open_backend or _ledger.open_backend
+        self.read_scheduler = scheduler or read_scheduler
+        self.send = send or send_escalation
+
+    @property
+    def host(self):
+        """The host the task runs for (``inventory_hostname``)."""
+        return self.task_vars.get('inventory_hostname')
+
+    def warn(self, message):
+        self.result.setdefault('warnings', []).append(message)
+
+    # -- the task's variables
+    def var(self, name, default=None):
+        """A task variable, templated; ``default`` when it is not set."""
+        if name not in self.task_vars:
+            return default
+        return self.template(self.task_vars[name])
+
+    def hostvar(self, node, name):
+        """Another host's variable, templated; None when the host, the variable or its template is missing."""
+        hostvars = self.task_vars.get('hostvars') or {}
+        try:
+            return self.template(hostvars[node].get(name)) if node in hostvars else None
+        except Exception:  # pylint: disable=broad-except
+            return None
+
+    def policy(self):
+        """The policy (:class:`._policy.Policy`) of I(policy), else of the task's ``gpufleet_*`` policy variables."""
+        if self.args['policy'] is not None:
+            return _policy.load_policy(dict(self.args['policy']))
+        return _policy.load_policy({name: self.var(name) for name in _policy.VARIABLES if name in self.task_vars})
+
+    def domains(self, policy, nodes):
+        """{node: its failure domain} from each node's ``gpufleet_domain_var`` variable (an error names a node without)."""
+        return _policy.node_domains({node: {policy.domain_var: self.hostvar(node, policy.domain_var)} if policy.domain_var else {}
+                                     for node in nodes}, policy.domain_var)
+
+    def inventory(self):
+        """The inventory's id (``ansible_inventory_sources``, :func:`._rollout.inventory_id`)."""
+        return _rollout.inventory_id(self.task_vars.get('ansible_inventory_sources') or [])
+
+    # -- the ledger
+    def ledger_spec(self):
+        """The ledger's backend from gpufleet_ledger_backend and friends (file: run_dir holds the ledgers; kubernetes: scratch)."""
+        variables = {name: self.var(name) for name in _ledger.SPEC_VARIABLES if name in self.task_vars}
+        if not variables.get('gpufleet_kubeconfig') and self.args['kubeconfig']:
+            variables['gpufleet_kubeconfig'] = self.args['kubeconfig']
+        return _ledger.ledger_spec(variables, self.args['run_dir'])
+
+    def backend(self, spec):
+        return self.open_backend(spec)
+
+    def ledger(self, spec):
+        """The run's ledger from I(ledger) (the start step's ``gpufleet_rollout.ledger``)."""
+        if not spec.get('run_id'):
+            raise GateError('ledger: run_id is missing (the start step returns the ledger to use)')
+        return _ledger.RunLedger.open(self.backend(spec), spec['run_id'])
+
+    def results_dir(self, spec):
+        return self.args['results_dir'] or os.path.join(spec['run_dir'], spec['run_id'], 'results')
+
+    def breaker(self, state):
+        """What the circuit breaker remembers of earlier runs: recorded in the run at its start (the ledger), else what this
+        controller's start step computed from the backend (I(breaker))."""
+        return self.args['breaker'] or state.get('breaker_history') or {}
+
+    # -- the scheduler
+    def read_fleet(self, nodes, jobs=False):
+        return self.read_scheduler(self, nodes, jobs)
+
+    def fleet_or_empty(self, nodes, jobs=False):
+        """The scheduler's answer, or an empty one with a warning (a capacity floor then waits until it can be read)."""
+        try:
+            return self.read_fleet(nodes, jobs=jobs)
+        except (GateError, _rollout.RolloutError, _slurm.SlurmParseError) as exc:
+            self.warn('the scheduler could not be read (%s); a capacity floor waits until it can' % exc)
+            return _rollout.Fleet({}, ())
+
+    # -- the escalation hook
+    def escalate(self, escalation, payload):
+        """Call the escalation hook (C(escalated) in the result); a failure is a warning."""
+        if not escalation:
+            return
+        try:
+            self.send(escalation, payload)
+            self.result['escalated'] = True
+        except Exception as exc:  # pylint: disable=broad-except
+            self.warn('gpufleet_escalation failed: %s' % to_native(exc))

@@ -1,0 +1,311 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The rollout gate's steps over a RunContext with the I/O injected: a counting file backend, a fake clock, a fake scheduler.
+
+The start reads each earlier run once (its durations, the previous pin and the circuit breaker's memory come from that one
+read); the action plugin only dispatches.
+"""
+
+import collections
+import copy
+import datetime
+import os
+import time
+
+import pytest
+
+from ansible_collections.gpufleet.lifecycle.plugins.action import rollout as action
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout_node
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout_run
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout_start
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _run_context
+
+NODES = ['n1', 'n2', 'n3']
+POLICY = {'gpufleet_window': 1, 'gpufleet_canary': 0, 'gpufleet_max_fail_percentage': None}
+QUARANTINED = ['admitted', 'cordoned', 'drained', 'rebooting', 'quarantined']
+DONE = ['admitted', 'cordoned', 'drained', 'converging', 'rebooting', 'validating', 'done']
+
+
+class CountingBackend(_ledger.FileBackend):
+    """A file backend that counts, per run, the ledger opens (``exists``) and the full reads (node shards, state.json), and
+    the listings of the runs."""
+
+    def __init__(self, run_dir):
+        super().__init__(run_dir)
+        self.reset()
+
+    def reset(self):
+        self.opens = collections.Counter()
+        self.full_reads = collections.Counter()
+        self.listings = 0
+
+    def run_ids(self):
+        self.listings += 1
+        return super().run_ids()
+
+    def exists(self, run_id):
+        self.opens[run_id] += 1
+        return super().exists(run_id)
+
+    def read_doc(self, run_id, name):
+        if name.startswith('nodes-'):
+            self.full_reads[run_id] += 1
+        return super().read_doc(run_id, name)
+
+    def read_snapshot(self, run_id):
+        self.full_reads[run_id] += 1
+        return super().read_snapshot(run_id)
+
+
+class Clock(_run_context.Clock):
+    """A clock that moves only when the gate sleeps."""
+
+    def __init__(self, start=None):
+        self.now = time.time() if start is None else start
+        self.slept = []
+
+    def time(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def utcnow(self):
+        return datetime.datetime.fromtimestamp(self.now, tz=datetime.timezone.utc)
+
+    def parent(self):
+        return os.getpid()
+
+
+def scheduler(context, nodes, jobs=False):
+    return _rollout.Fleet({name: 8 for name in NODES}, ())
+
+
+def make_context(backend, host='localhost', clock=None, task_vars=None, **given):
+    """A step's context: every argument at the action's default but ``given``, the backend, the clock and the scheduler fake."""
+    args = {name: copy.deepcopy(spec.get('default')) for name, spec in action.ARGUMENT_SPEC.items()}
+    args.update(run_dir=backend.run_dir, nodes=list(NODES), policy=dict(POLICY))
+    args.update(given)
+    variables = {'inventory_hostname': host, 'ansible_inventory_sources': ['inv'], 'ansible_forks': 5,
+                 'hostvars': {name: {'gpufleet_gpus': 8} for name in NODES}}
+    variables.update(task_vars or {})
+    return _run_context.RunContext(args, variables, {}, clock=clock or Clock(), open_backend=lambda spec: backend, scheduler=scheduler)
+
+
+def earlier_run(backend, run_id, walks, status=None, pin=None):
+    """An earlier run of inventory ``inv`` whose nodes walked ``walks`` ({node: [state, ...]})."""
+    ledger = _ledger.RunLedger.create(backend, run_id, inventory='inv', policy=POLICY, pin=pin or {},
+                                      nodes={name: {'gpus': 8} for name in walks})
+    for name, steps in walks.items():
+        for step in steps:
+            ledger.transition(name, step, 'earlier')
+    if status:
+        ledger.set_status(status, 'earlier')
+    return ledger
+
+
+@pytest.fixture
+def backend(tmp_path):
+    backend = CountingBackend(str(tmp_path))
+    earlier_run(backend, 'r1', {'n1': DONE}, status='finished', pin={'driver': '570'})
+    earlier_run(backend, 'r2', {'n1': QUARANTINED, 'n2': DONE}, status='finished', pin={'driver': '575'})
+    earlier_run(backend, 'r3', {'n3': DONE}, status='paused')
+    backend.reset()
+    return backend
+
+
+def test_the_action_dispatches_every_step():
+    assert list(action.STEPS) == action.ARGUMENT_SPEC['step']['choices']
+    assert list(action.STEPS) == ['check', 'start', 'confirm', 'admit', 'settle', 'summary', 'finish', 'plan', 'control']
+
+
+@pytest.mark.parametrize('mode', ['window', 'batch'])
+def test_a_start_reads_each_earlier_run_once(backend, mode):
+    """Durations, previous pin and the circuit breaker's memory from one read of each earlier run (they were read two or,
+    in batch mode, three times), and one listing of the runs."""
+    context = make_context(backend, run_id='r9', mode=mode)
+    _rollout_start.start(context)
+    assert dict(backend.opens) == {'r1': 1, 'r2': 1, 'r3': 1}                  # the new run r9 is created, not opened
+    assert {name: backend.full_reads[name] for name in ('r1', 'r2', 'r3')} == {'r1': 1, 'r2': 1, 'r3': 1}
+    assert backend.listings == 1
+    facts = context.result['ansible_facts']['gpufleet_rollout']
+    assert [(item['run_id'], item['node']) for item in facts['breaker']['quarantines']] == [('r2', 'n1')]
+    assert context.result['breaker'] == facts['breaker']
+    state = _ledger.RunLedger.open(backend, 'r9').state
+    assert state['breaker_history'] == facts['breaker'] and state['previous_pin'] == {'driver': '575'}
+    assert 'warnings' not in context.result
+
+
+def test_a_resume_reads_each_earlier_run_once(backend):
+    _rollout_start.start(make_context(backend, run_id='r9'))
+    backend.release(_rollout.fleet_name('inv'), 'r9')
+    backend.reset()
+    context = make_context(backend, run_id='r9', mode='window')
+    _rollout_start.start(context)
+    assert context.result['resumed'] is True
+    assert dict(backend.opens) == {'r1': 1, 'r2': 1, 'r3': 1, 'r9': 1}
+    assert backend.full_reads['r1'] == backend.full_reads['r2'] == backend.full_reads['r3'] == 1
+    assert [item['node'] for item in context.result['breaker']['quarantines']] == ['n1']
+
+
+def test_without_a_run_id_only_the_heads_are_read_again_to_find_the_last_unfinished_run(backend):
+    context = make_context(backend)
+    _rollout_start.start(context)
+    assert context.result['resumed'] is True and context.result['run_id'] == 'r3'      # r3 is paused, of this inventory
+    # _ledger.last_unfinished opens each run's head (its own rule); the start's read of the earlier runs is the only full one.
+    assert dict(backend.opens) == {'r1': 2, 'r2': 2, 'r3': 2}
+    assert {name: backend.full_reads[name] for name in ('r1', 'r2', 'r3')} == {'r1': 1, 'r2': 1, 'r3': 1}
+
+
+def test_without_a_breaker_only_the_last_history_runs_are_read(backend):
+    context = make_context(backend, run_id='r9', history=1, policy=dict(POLICY, gpufleet_circuit_breaker_threshold=None))
+    _rollout_start.start(context)
+    assert dict(backend.opens) == {'r3': 1}
+    assert context.result['breaker'] == {'quarantines': [], 'reset': None}
+
+
+def test_an_unreadable_earlier_run_is_a_warning_once_per_use(backend):
+    folder = os.path.join(backend.run_dir, 'r2')
+    for name in os.listdir(folder):
+        os.unlink(os.path.join(folder, name))
+    with open(os.path.join(folder, _ledger.LEDGER), 'w') as handle:      # listed, but its ledger cannot be read
+        handle.write('not json\n')
+    context = make_context(backend, run_id='r9')
+    _rollout_start.start(context)
+    assert dict(backend.opens) == {'r1': 1, 'r2': 1, 'r3': 1}
+    warnings = context.result['warnings']
+    assert len(warnings) == 2 and warnings[1].startswith('circuit breaker: run r2 cannot be read: ')
+
+
+def test_a_batch_start_checks_the_breaker_from_the_same_read(backend):
+    for run_id in ('r4', 'r5'):
+        earlier_run(backend, run_id, {'n2': QUARANTINED}, status='finished')
+    backend.reset()
+    context = make_context(backend, run_id='r9', mode='batch')
+    with pytest.raises(_run_context.GateError, match=r'rollout paused \(circuit_breaker\)'):
+        _rollout_start.start(context)
+    assert max(backend.opens.values()) == 1
+    assert _ledger.RunLedger.open(backend, 'r9').state['status'] == 'paused'
+    assert backend.holder(_rollout.fleet_name('inv')) is None                  # the fleet lock is given back
+
+
+def test_a_resume_by_another_playbook_is_refused_before_anything_is_written(backend):
+    _rollout_start.start(make_context(backend, run_id='r9', kind='converge'))
+    backend.release(_rollout.fleet_name('inv'), 'r9')
+    events = len(_ledger.RunLedger.open(backend, 'r9').backend.read_events('r9', 0)[0])
+    with pytest.raises(_run_context.GateError, match='run r9 is a converge run, this is rollback'):
+        _rollout_start.start(make_context(backend, run_id='r9', kind='rollback'))
+    assert len(backend.read_events('r9', 0)[0]) == events
+
+
+def test_check_and_plan_touch_no_ledger(backend):
+    context = make_context(backend)
+    _rollout_start.check(context)
+    assert context.result['policy']['gpufleet_window'] == 1
+    context = make_context(backend, history=2)
+    _rollout_start.plan(context)
+    assert [entry['node'] for entry in context.result['plan']['order']] == NODES and context.result['lines'][-1].startswith('predicted:')
+    assert not backend.opens
+
+
+# ------------------------------------------------------------------------------------------------ the node's steps
+
+def started(backend, **given):
+    """A window-mode run r9 of NODES, started: the ledger spec the nodes get."""
+    context = make_context(backend, run_id='r9', **given)
+    _rollout_start.start(context)
+    return context.result['ansible_facts']['gpufleet_rollout']['ledger']
+
+
+def admit(backend, node, spec, clock, **given):
+    context = make_context(backend, host=node, clock=clock, ledger=spec, order=list(NODES), poll=5.0, **given)
+    _rollout_node.admit(context)
+    return context.result
+
+
+def test_admit_keeps_the_place_of_a_node_host_pinned_is_starting(backend):
+    """n2 reaches the gate first; n1, ahead in the plan, never did: n2 waits (rule order) for the arrival grace, then goes."""
+    spec = started(backend)
+    clock = Clock()
+    result = admit(backend, 'n2', spec, clock)
+    assert (result['verdict'], result['rule'], result['caught']) == ('admit', 'admit', '')
+    assert result['waited'] == 15.0 and clock.slept == [5.0, 5.0, 5.0]       # the grace: 2 polls + 3 s
+    assert result['ansible_facts']['gpufleet_ledger']['results_dir'] == os.path.join(backend.run_dir, 'r9', 'results')
+    assert backend.read_doc('r9', 'arrived') == {'nodes': ['n2']} and backend.read_doc('r9', 'waiting') == {'nodes': {}}
+
+
+def test_admit_lets_an_earlier_node_waiting_at_the_gate_go_first(backend):
+    spec = started(backend)
+    clock = Clock()
+    backend.write_doc('r9', 'waiting', {'nodes': {'n1': clock.time()}})
+    result = admit(backend, 'n2', spec, clock, admit_timeout=4.0)
+    assert (result['verdict'], result['rule']) == ('pending', 'order')
+    assert result['reason'] == 'waited 5.0s at the gate (admit_timeout): n1 is ahead of n2 in the plan and may go now'
+    assert set(backend.read_doc('r9', 'waiting')['nodes']) == {'n1', 'n2'}
+
+
+def test_admit_skips_a_final_node_and_settle_retries_a_deferred_one(backend):
+    spec = started(backend, policy=dict(POLICY, gpufleet_retries=1))
+    result = admit(backend, 'n1', spec, Clock(0.0))
+    assert result['admitted'] is True
+    context = make_context(backend, host='n1', ledger=spec, result={'state': 'deferred', 'reason': 'drain timed out'})
+    _rollout_node.settle(context)
+    assert (context.result['state'], context.result['retry'], context.result['recorded'][-2:]) == ('deferred', True, ['deferred', 'pending'])
+    _ledger.RunLedger.open(backend, 'r9').transition('n3', 'left_alone', 'skipped')
+    assert (admit(backend, 'n3', spec, Clock(0.0))['verdict']) == 'skip'
+
+
+def test_confirm_sends_a_done_node_that_fails_the_quick_check_back(backend):
+    spec = started(backend)
+    ledger = _ledger.RunLedger.open(backend, 'r9')
+    for step in DONE:
+        ledger.transition('n1', step, 'the procedure')
+    context = make_context(backend, host='n1', ledger=spec, unreachable=True)
+    _rollout_node.confirm(context)
+    assert (context.result['state'], context.result['confirmed']) == ('pending', False)
+    context = make_context(backend, host='n2', ledger=spec)
+    _rollout_node.confirm(context)
+    assert (context.result['changed'], context.result['state']) == (False, 'pending')
+
+
+# ------------------------------------------------------------------------------------------------ the run's steps
+
+def test_control_verbs_and_the_finish(backend):
+    spec = started(backend)
+    fleet = _rollout.fleet_name('inv')
+    context = make_context(backend, run_id='r9', verb='pause', reason='bad news', nodes=[])
+    _rollout_run.control(context)
+    assert (context.result['status'], context.result['nodes']) == ('paused', [])
+    context = make_context(backend, run_id='r9', verb='release', nodes=['n1'])
+    with pytest.raises(_run_context.GateError, match='n1 is pending, not quarantined'):
+        _rollout_run.control(context)
+    context = make_context(backend, run_id='r9', verb='skip', nodes=[])
+    with pytest.raises(_run_context.GateError, match='nodes: skip needs the nodes'):
+        _rollout_run.control(context)
+    for verb, nodes in (('resume', []), ('skip', NODES)):
+        context = make_context(backend, run_id='r9', verb=verb, nodes=nodes)
+        _rollout_run.control(context)
+    assert context.result['counts'] == {'left_alone': 3} and context.result['nodes'] == NODES        # the verb's nodes
+    assert context.result['msg'].startswith('skip n1, n2, n3: run r9 running: 3 left_alone')
+    context = make_context(backend, ledger=spec, fleet=fleet)
+    _rollout_run.finish(context)
+    assert context.result['status'] == 'finished' and 'failed' not in context.result
+    assert context.result['summary']['ledger_file'] == os.path.join(backend.run_dir, 'r9', _ledger.LEDGER)
+    assert backend.holder(fleet) is None
+
+
+def test_the_summary_of_a_batch_pauses_the_run_as_ansible_would_stop_it(backend):
+    spec = started(backend, mode='batch')
+    ledger = _ledger.RunLedger.open(backend, 'r9')
+    for step in QUARANTINED:
+        ledger.transition('n1', step, 'the procedure')
+    sent = []
+    context = make_context(backend, ledger=spec, batch=['n1'], policy=None)
+    context.send = lambda escalation, payload: sent.append(payload)
+    _rollout_run.summary(context)
+    assert (context.result['paused'], context.result['changed']) == (True, True)
+    assert context.result['pause']['rule'] == 'batch_budget' and sent == []        # no escalation hook in the policy
