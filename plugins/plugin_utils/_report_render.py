@@ -37,8 +37,9 @@ from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _report
 HERE = os.path.dirname(os.path.abspath(__file__))
 HTML_TEMPLATE = os.path.join(HERE, 'fleet_report.html.j2')
 FILES = ('report.json', 'report.md', 'report.html', 'junit.xml', 'metrics.prom')
+# A colour for each phase of the procedure (module_utils/_procedure.PHASES, the one vocabulary) and each ledger state.
 PHASE_COLOURS = {
-    'precheck': '#9e9e9e', 'admitted': '#9e9e9e', 'cordon': '#8d6e63', 'cordoned': '#8d6e63', 'wait': '#bcaaa4',
+    'precheck': '#9e9e9e', 'admitted': '#9e9e9e', 'cordoned': '#8d6e63',
     'drain': '#a1887f', 'drained': '#a1887f', 'converge': '#42a5f5', 'converging': '#42a5f5', 'reboot': '#7e57c2',
     'rebooting': '#7e57c2', 'validate': '#26a69a', 'validating': '#26a69a', 'uncordon': '#66bb6a', 'done': '#2e7d32',
     'rollback': '#ef6c00', 'rollback_reboot': '#ef6c00', 'rollback_validate': '#ffa726', 'rolling_back': '#ef6c00',

@@ -3,6 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Unit tests for plugins/module_utils/_nvidia_smi.py against real nvidia-smi and kernel outputs."""
 
+import json
+
 import pytest
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._nvidia_smi import (
@@ -21,7 +23,9 @@ A100 = 'telegraf_a100-sxm4-80gb_535.54.03_v12.xml'
 RTX2070X2 = 'telegraf_dual-rtx-2070_590.44.01_v13.xml'
 RTX3080 = 'telegraf_rtx-3080_536.40_v12.xml'
 T4 = 'telegraf_tesla-t4_515.105.01_v11.xml'
-XML_SAMPLES = (P100, A100, RTX2070X2, RTX3080, T4)
+# Captured on a real H200 through the device tool (session 9): driver 580.159.04, the open kernel module, DTD v13.
+H200 = 'device_h200_580.159.04_v13.xml'
+XML_SAMPLES = (P100, A100, RTX2070X2, RTX3080, T4, H200)
 
 GPU_KEYS = {
     'index', 'minor_number', 'id', 'name', 'brand', 'architecture', 'uuid', 'serial', 'pci_bus_id', 'pci_device_id',
@@ -52,6 +56,7 @@ def _parsed(name):
     (RTX2070X2, 'Tue Dec 30 09:49:47 2025', '590.44.01', '13.1', 2, 2),
     (RTX3080, 'Thu Jul 20 17:00:50 2023', '536.40', '12.2', 1, 1),
     (T4, 'Mon Apr 24 16:22:39 2023', '515.105.01', '11.7', 1, 1),
+    (H200, 'Thu Nov 26 22:37:44 2026', '580.159.04', '13.0', 1, 1),
 ])
 def test_document_fields(name, timestamp, driver, cuda, attached, count):
     doc = _parsed(name)
@@ -125,6 +130,14 @@ def test_schema_version():
         'pci_device_id': '0x1EB810DE', 'vbios_version': '90.04.84.00.06', 'gsp_firmware_version': '515.105.01',
         'board_part_number': None, 'board_id': '0x1e', 'persistence_mode': 'Disabled', 'driver_model': None,
     }),
+    (H200, 0, {
+        # Driver 580 prints the PCI device id without 0x (the parser writes it as older drivers do); persistence mode Enabled
+        # with no systemd on the machine.
+        'id': '00000000:00:06.0', 'minor_number': 0, 'name': 'NVIDIA H200', 'brand': 'NVIDIA', 'architecture': 'Hopper',
+        'uuid': 'GPU-12a99233-a65a-6fa8-5127-e3cd7f334ce1', 'serial': '1654124046024', 'pci_bus_id': '00000000:00:06.0',
+        'pci_device_id': '0x233510DE', 'vbios_version': '96.00.A5.00.1A', 'gsp_firmware_version': '580.159.04',
+        'board_part_number': '692-2G520-0282-001', 'board_id': '0x6', 'persistence_mode': 'Enabled', 'driver_model': None,
+    }),
 ])
 def test_gpu_identity(name, position, expected):
     gpu = _parsed(name)['gpus'][position]
@@ -149,6 +162,9 @@ def test_gpu_identity(name, position, expected):
     # New sram/dram layout already on Turing with a 515 driver.
     (T4, 0, {'current': None, 'pending': None}, 0, {'current': 'Enabled', 'pending': 'Enabled'},
      {'volatile': {'corrected': 0, 'uncorrected': 0}, 'aggregate': {'corrected': 0, 'uncorrected': 0}}),
+    # Hopper, MIG available and off (<mig_devices>None</mig_devices>), ECC on, every sram/dram counter 0.
+    (H200, 0, {'current': 'Disabled', 'pending': 'Disabled'}, 0, {'current': 'Enabled', 'pending': 'Enabled'},
+     {'volatile': {'corrected': 0, 'uncorrected': 0}, 'aggregate': {'corrected': 0, 'uncorrected': 0}}),
 ])
 def test_mig_and_ecc(name, position, mig_mode, mig_devices, ecc_mode, ecc_errors):
     gpu = _parsed(name)['gpus'][position]
@@ -165,6 +181,8 @@ def test_mig_and_ecc(name, position, mig_mode, mig_devices, ecc_mode, ecc_errors
     (RTX2070X2, 1, {'single_bit': None, 'double_bit': None, 'pending': None}, None),
     (RTX3080, 0, {'single_bit': None, 'double_bit': None, 'pending': None}, None),
     (T4, 0, {'single_bit': 0, 'double_bit': 0, 'pending': False}, None),
+    # Hopper retires no pages (every field N/A) and remaps rows: the first real <remapped_rows> of the samples.
+    (H200, 0, {'single_bit': None, 'double_bit': None, 'pending': None}, {'correctable': 0, 'uncorrectable': 0, 'pending': False, 'failure': False}),
 ])
 def test_retired_pages_and_remapped_rows(name, position, retired_pages, remapped_rows):
     gpu = _parsed(name)['gpus'][position]
@@ -197,6 +215,7 @@ def test_fabric(name, position, fabric):
     (RTX3080, 0, 31, 336.0, 10240),
     (RTX2070X2, 0, 14, 175.0, 8192),
     (RTX2070X2, 1, 13, 175.0, 8192),
+    (H200, 0, 35, 700.0, 143771),      # gpu_power_readings/current_power_limit; the module's power limit N/A
 ])
 def test_readings(name, position, temperature, power_limit, memory_total):
     gpu = _parsed(name)['gpus'][position]
@@ -606,7 +625,21 @@ def test_a_corrupted_kernel_log_line_is_read_with_escapes():
     ('proc-driver-nvidia-version_580.173.02_nvml-mismatch_truenas-nvidia-drivers-issue19.txt', '580.173.02'),
     ('proc-driver-nvidia-version_open_565.57.01_ubuntu24.04_nixGL-issue186.txt', '565.57.01'),
     ('proc-driver-nvidia-version_384.98_ubuntu_neofetch-issue876.txt', '384.98'),
+    ('proc-driver-nvidia-version_open_580.159.04_h200-device.txt', '580.159.04'),
 ])
 def test_parse_proc_driver_version_real_files(name, expected):
     # The module's own banner, never the compiler's version on the next line.
     assert parse_proc_driver_version(read_real_output('proc', name)) == expected
+
+
+def test_the_facts_module_on_the_real_h200_read_what_its_nvidia_smi_printed():
+    # gpu_facts ran on the H200 seconds after the XML capture (tests/unit/fixtures/real-outputs/h200-device): the module's
+    # record of the GPU matches this parser's reading of the captured XML, field by field (readings that move are left out).
+    text = read_real_output('h200-device', 'gpu_facts-module-result_h200.txt')
+    facts = json.loads(text[text.index('{'):])['ansible_facts']['gpufleet']
+    document = _parsed(H200)
+    assert (facts['driver_version'], facts['cuda_driver_version'], facts['gpu_count']) == ('580.159.04', '13.0', 1)
+    assert facts['health'] == 'ok' and facts['driver_source'] is None      # no package owns the mounted driver tree (issue 27)
+    moving = {'temperature_c'}
+    assert {key: value for key, value in facts['gpus'][0].items() if key not in moving} == \
+        {key: value for key, value in document['gpus'][0].items() if key not in moving}
