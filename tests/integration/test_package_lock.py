@@ -6,7 +6,8 @@
 The ``dpkg_lock`` fault (tests/sim/README.md) starts a process named ``unattended-upgr`` inside the node that
 takes /var/lib/dpkg/lock-frontend and /var/lib/dpkg/lock with fcntl, as apt does, and holds them for a while.
 One node of its own fleet (build/sim-package-lock, no scheduler), on the 550 images the other suites share;
-the converge moves the container toolkit 1.16.2 -> 1.17.0 (held packages released, installed, held again).
+the converge moves the container toolkit 1.16.2 -> 1.17.0 (held packages installed with apt's --allow-change-held-packages, held
+again).
 """
 
 import json
@@ -119,7 +120,7 @@ def test_lock_released_within_the_timeout_is_waited_for(lock_fleet, playbook, ho
     result, took = converge(lock_fleet, playbook, '1.17.0')
     assert result.rc == 0, [outcome.get('msg') for play in result.document['plays'] for task in play['tasks']
                             for outcome in task['hosts'].values() if outcome.get('failed')]
-    waits = outcomes(result, 'Wait for the dpkg and apt locks before releasing holds')
+    waits = outcomes(result, 'Wait for the dpkg and apt locks before changing packages')
     assert len(waits) == 1 and not waits[0].get('skipped'), waits
     assert waits[0]['waited'] > 0, waits[0]
     assert '/var/lib/dpkg/lock-frontend held by pid %d (unattended-upgr)' % pid in waits[0]['waited_for'], waits[0]
@@ -130,5 +131,5 @@ def test_lock_released_within_the_timeout_is_waited_for(lock_fleet, playbook, ho
     # Nothing holds the lock any more; a second converge has nothing to do and waits for nothing.
     again = converge(lock_fleet, playbook, '1.17.0')[0]
     assert again.rc == 0 and again.stats[NODE]['changed'] == 0, again.stats
-    assert all(outcome.get('skipped') for outcome in outcomes(again, 'Wait for the dpkg and apt locks before releasing holds'))
+    assert all(outcome.get('skipped') for outcome in outcomes(again, 'Wait for the dpkg and apt locks before changing packages'))
     assert re.match(r'^1\.17\.0', lock_fleet.node_exec(NODE, 'nvidia-ctk', '--version').stdout.split('version ')[-1])
