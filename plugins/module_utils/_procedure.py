@@ -25,7 +25,7 @@ the procedure fails closed, never guesses.
 import copy
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._upgrade import STATES, versions
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._upgrade import STATES, choice, versions
 # What the role's YAML runs next; ``end``: nothing, record the result.
 STEPS = ('drain', 'converge', 'reboot', 'power_cycle', 'validate', 'uncordon', 'quarantine', 'end')
 # The phases of the procedure -> the rollout ledger state a node is in while that phase runs (None: no state of its own).
@@ -78,9 +78,7 @@ class ProcedureError(ValueError):
 
 
 def _choice(value, choices, name):
-    if value not in choices:
-        raise ProcedureError('%s must be one of %s, got %r' % (name, ', '.join(choices), value))
-    return value
+    return choice(value, choices, name, ProcedureError)
 
 
 def _pin_of(value):

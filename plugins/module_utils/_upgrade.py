@@ -21,9 +21,10 @@ class UpgradeInputError(ValueError):
     """Input of the wrong shape or an unknown choice (names the variable)."""
 
 
-def _choice(value, choices, name):
+def choice(value, choices, name, error=UpgradeInputError):
+    """``value`` when it is one of ``choices``, else ``error`` naming the variable ``name`` (the procedure's and the result's check)."""
     if value not in choices:
-        raise UpgradeInputError('%s must be one of %s, got %r' % (name, ', '.join(choices), value))
+        raise error('%s must be one of %s, got %r' % (name, ', '.join(choices), value))
     return value
 
 
@@ -66,7 +67,7 @@ def result(state, phase, reason='', marks=None, end=None, facts_before=None, fac
            versions_before=None):
     """The documented ``node_upgrade_result``; ``versions_before`` (what :func:`versions` read at the start) instead of
     ``facts_before``."""
-    _choice(state, STATES, 'state')
+    choice(state, STATES, 'state')
     seconds = phase_seconds(marks, end)
     return {
         'state': state,
