@@ -50,6 +50,7 @@ ARGUMENT_SPEC = dict(
     kubeconfig=dict(type='str', default=''),
     results_dir=dict(type='path', default=''),
     order=dict(type='list', elements='str', default=[]),
+    member=dict(type='str', default=''),
     poll=dict(type='float', default=5.0),
     admit_timeout=dict(type='float', default=0.0),
     scheduler_timeout=dict(type='float', default=300.0),

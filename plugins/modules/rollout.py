@@ -173,6 +173,12 @@ options:
     type: list
     elements: str
     default: []
+  member:
+    description:
+      - I(step=admit) - the controller (the run's member, C(gpufleet_rollout.member)) that asks; recorded with the node it admits.
+      - A node in flight on another live member of the run waits for it; a dead member's node is resumed here.
+    type: str
+    default: ''
   poll:
     description: I(step=admit) - seconds between looks at the ledger while waiting.
     type: float

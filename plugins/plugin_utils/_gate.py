@@ -8,14 +8,18 @@ Controller-side, no Ansible import, no I/O, no clock: :func:`admit` decides from
 says now (:class:`SchedulerView`) and ``now`` (an aware datetime).  The answer (:class:`Decision`) is one of
 
 * ``admit``: the node may start (``canary`` says whether it goes as a canary);
-* ``wait``: not now; ``rule`` says why (``maintenance_window``, ``canary``, ``window``, ``domain``,
-  ``capacity_unknown``, ``capacity_floor``) and ``until`` when a time is known;
+* ``wait``: not now; ``rule`` says why (``member``: in flight on another live controller of the run,
+  ``maintenance_window``, ``canary``, ``window``, ``budget_window``, ``domain``, ``capacity_unknown``,
+  ``capacity_floor``) and ``until`` when a time is known;
 * ``pause``: no new admissions for anyone, in-flight nodes finish: ``operator``, ``circuit_breaker``
-  (stays until an operator resets it), ``pin_suspect`` ("roll back the pin"), ``canary_failed``, ``budget``;
+  (stays until an operator resets it), ``pin_suspect`` ("roll back the pin"), ``canary_failed``, ``budget``; its
+  ``rules`` name every one of them that holds (the first is ``rule``);
 * ``skip``: the node is already in a final state (a resumed run does not admit it again).
 
 A node caught mid-way by a crash (in an in-flight state) is admitted again with rule ``resume``: it already
-holds its slot, and a pause does not stop it (in-flight nodes finish).  The rules are checked in the order
+holds its slot, and a pause does not stop it (in-flight nodes finish).  With several controllers (members of one run,
+``_members``) a node in flight on another live member waits (rule ``member``) instead: only a dead member's node is
+resumed.  The rules are checked in the order
 above; docs/rollout-policy.md explains each.
 
 The queue at the gate (:func:`queue_candidates`, :func:`in_line`): host_pinned starts hosts in the plan's order, but
@@ -59,6 +63,7 @@ class Node:
     finished: float | None = None      # epoch seconds of its final state
     signature: tuple | None = None     # failure_signature() of a failed node
     rma_suspect: bool = False          # failed on the new and the previous pin: hardware, not the pin
+    member: str | None = None          # the controller (run member) that admitted it, while in flight
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +81,7 @@ class Rollout:
     breaker_reset: float | None = None  # epoch seconds of the last operator reset of the circuit breaker
     quarantines: tuple = ()            # epoch seconds of quarantines by gpufleet outside this rollout (earlier runs)
     total: int | None = None           # the rollout's node count (None: len(nodes), a full view)
+    live: frozenset | None = None      # the run's live members (None: not known, a node in flight is always resumed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,10 +105,11 @@ class Decision:
     reason: str
     canary: bool = False
     until: datetime.datetime | None = None
+    rules: tuple = ()                  # a pause: every rule that holds (``rule`` is the first)
 
     def to_dict(self):
         return {'action': self.action, 'rule': self.rule, 'reason': self.reason, 'canary': self.canary,
-                'until': self.until.isoformat() if self.until else None}
+                'until': self.until.isoformat() if self.until else None, 'rules': list(self.rules or (self.rule,))}
 
 
 def normalize_message(message, node=None):
@@ -225,32 +232,76 @@ def _signature_text(signature):
 
 
 def pause_decision(policy, rollout, now):
-    """The run-level pause that applies to every pending node now, or None."""
+    """The run-level pause that applies to every pending node now, or None: the first rule that holds, with every rule that
+    holds in ``rules`` and all their reasons in ``reason``."""
+    holding = pause_rules(policy, rollout, now)
+    if not holding:
+        return None
+    if len(holding) == 1:
+        return dataclasses.replace(holding[0], rules=(holding[0].rule,))
+    return Decision(PAUSE, holding[0].rule, '; '.join(decision.reason for decision in holding),
+                    rules=tuple(decision.rule for decision in holding))
+
+
+def pause_rules(policy, rollout, now):
+    """Every run-level pause rule that holds now, in the order of the module docstring (a list of Decisions)."""
+    return [decision for decision in (rule(policy, rollout, now) for rule in PAUSE_RULES) if decision is not None]
+
+
+def _operator_pause(policy, rollout, now):
+    del policy, now
     if rollout.paused:
         return Decision(PAUSE, 'operator', 'paused by an operator: %s' % rollout.paused)
+    return None
+
+
+def _breaker_pause(policy, rollout, now):
     tripped = breaker_tripped(policy, rollout, now)
     if tripped:
         return Decision(PAUSE, 'circuit_breaker',
                         'circuit breaker open: %d node(s) quarantined within %ss (threshold %d); '
                         'no admissions until an operator resets it'
                         % (tripped, _number(policy.circuit_breaker_window), policy.circuit_breaker_threshold))
+    return None
+
+
+def _pin_pause(policy, rollout, now):
+    del now
     suspect = pin_suspect(policy, rollout)
     if suspect:
         signature, names = suspect
         return Decision(PAUSE, 'pin_suspect', 'pin suspect: %s failed the same way (%s); roll back the pin'
                         % (', '.join(names), _signature_text(signature)))
+    return None
+
+
+def _canary_pause(policy, rollout, now):
+    del policy, now
     failed_canaries = sorted(name for name, node in rollout.nodes.items() if node.canary and node.state in FAILED)
     if failed_canaries:
         return Decision(PAUSE, 'canary_failed', 'canary %s ended %s; the window does not open'
                         % (', '.join(failed_canaries), ', '.join(rollout.nodes[name].state for name in failed_canaries)))
+    return None
+
+
+def failed_count(rollout):
+    return sum(1 for node in rollout.nodes.values() if node.state in FAILED)
+
+
+def _budget_pause(policy, rollout, now):
+    del now
     total = node_count(rollout)
     if policy.max_fail_percentage is not None and total:
-        failed = sum(1 for node in rollout.nodes.values() if node.state in FAILED)
+        failed = failed_count(rollout)
         if failed * 100.0 > policy.max_fail_percentage * total:
             return Decision(PAUSE, 'budget', 'failure budget exceeded: %d of %d node(s) failed (%s%%), '
                             'gpufleet_max_fail_percentage is %s; in-flight nodes finish, no new admissions'
                             % (failed, total, _number(failed * 100.0 / total), _number(policy.max_fail_percentage)))
     return None
+
+
+# The run-level pause rules, in the order they are named.
+PAUSE_RULES = (_operator_pause, _breaker_pause, _pin_pause, _canary_pause, _budget_pause)
 
 
 def _number(value):
@@ -281,8 +332,9 @@ def canary_wait(policy, rollout, now):
     return None, True
 
 
-def admit(policy, rollout, scheduler, node, now):
-    """Decide for ``node`` (an inventory_hostname of the rollout) at ``now``; see the module docstring."""
+def admit(policy, rollout, scheduler, node, now, member=None):
+    """Decide for ``node`` (an inventory_hostname of the rollout) at ``now``, asked by the run's ``member`` (the controller);
+    see the module docstring."""
     if now.tzinfo is None:
         raise ValueError('now must be an aware datetime, got %r' % (now,))
     if node not in rollout.nodes:
@@ -291,6 +343,8 @@ def admit(policy, rollout, scheduler, node, now):
     if me.state in FINAL:
         return Decision(SKIP, 'final', '%s is already %s' % (node, me.state))
     if me.state in IN_FLIGHT:
+        if me.member and me.member != member and rollout.live is not None and me.member in rollout.live:
+            return Decision(WAIT, 'member', '%s is %s on controller %s, which is alive: it finishes it' % (node, me.state, me.member))
         return Decision(ADMIT, 'resume', '%s was caught %s: re-check and continue' % (node, me.state), canary=me.canary)
     if me.state != PENDING:
         raise ValueError('%s: unknown state %r' % (node, me.state))
@@ -312,6 +366,12 @@ def admit(policy, rollout, scheduler, node, now):
     size = policy.window_size(node_count(rollout))
     if len(flying) >= size:
         return Decision(WAIT, 'window', 'window full: %d of %d in flight' % (len(flying), size))
+    failed = failed_count(rollout)
+    cap = policy.budget_cap(node_count(rollout), failed)
+    if cap is not None and len(flying) >= cap:
+        return Decision(WAIT, 'budget_window', 'the failure budget (gpufleet_max_fail_percentage %s of %d nodes, %d failed) can absorb '
+                        '%d more failure(s): at most %d node(s) in flight, %d are (gpufleet_budget_window)'
+                        % (_number(policy.max_fail_percentage), node_count(rollout), failed, cap - 1, cap, len(flying)))
 
     if policy.domain_var is not None:
         out = domain_out(rollout, scheduler, me.domain)

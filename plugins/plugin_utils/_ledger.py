@@ -39,9 +39,11 @@ writes nothing, so the ledger never holds a state it cannot name.
 Locks (``fcntl``):
 
 * the fleet lock ``<run_dir>/locks/<fleet>.lock`` holds ``{"run_id", "host", "pid", ...}`` of the rollout that
-  owns the fleet; a second rollout is refused naming that run (:class:`LockHeld`).  A holder whose host is this
-  host and whose process is gone (pid not alive, or alive with another start time) is stale and taken over;
-  a holder on another host is never taken over (it may be alive: release it by hand, see the docs).
+  owns the fleet: it belongs to the run, not to a process.  Another controller of the same run joins it (a member,
+  ``_members``); a second, different rollout is refused naming that run (:class:`LockHeld`) while the run has a live
+  member.  Without members (a run of an older collection) a holder whose host is this host and whose process is gone
+  (pid not alive, or alive with another start time) is stale and taken over; a holder on another host is never taken
+  over (it may be alive: release it by hand, see the docs).
 * the run lock ``<run_dir>/<run_id>/.lock`` serialises writers of one ledger: Ansible's forked workers on the
   same controller each re-read what the others appended, check the transition, append (and compact the head and
   the shards when due) under it.  :meth:`RunLedger.locked` lets a caller decide (the gate) and record in one step.
@@ -64,9 +66,13 @@ import os
 import re
 import secrets
 import socket
+import subprocess
+import sys
+import time
 import zlib
 
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _members
 
 PENDING = _gate.PENDING
 IN_FLIGHT = _gate.IN_FLIGHT
@@ -271,7 +277,8 @@ def gate_node(record):
     signature = record.get('signature')
     return _gate.Node(state=record['state'], domain=record.get('domain'), gpus=int(record.get('gpus') or 0),
                       canary=bool(record.get('canary')), finished=epoch(record.get('finished_at')),
-                      signature=_tuples(signature) if signature else None, rma_suspect=bool(record.get('rma_suspect')))
+                      signature=_tuples(signature) if signature else None, rma_suspect=bool(record.get('rma_suspect')),
+                      member=record.get('member') if record['state'] in IN_FLIGHT else None)
 
 
 def _rollout(state, nodes, total):
@@ -428,10 +435,6 @@ class Backend(abc.ABC):
             return self.path(run_id, name)
         return getattr(self, 'run_dir', None) or repr(self)
 
-    def hold(self, fleet, holder):
-        """Keep the fleet lock held while the holder's process lives (a Lease must be renewed; a lock file needs nothing)."""
-        del fleet, holder
-
     @abc.abstractmethod
     def exclusive(self, run_id):
         """A context manager: the one writer of this run's ledger while it is held."""
@@ -482,8 +485,15 @@ class Backend(abc.ABC):
         """The run ids that have a ledger."""
 
     @abc.abstractmethod
-    def acquire(self, fleet, holder):
-        """Take the fleet lock for ``holder`` or raise :class:`LockHeld`; return the stale holder taken over, or None."""
+    def acquire(self, fleet, holder, alive=None):
+        """Take the fleet lock for ``holder`` (its run: the same run's other controllers join it) or raise :class:`LockHeld`;
+        return the stale holder taken over, or None.  ``alive(current)``: whether the run holding the lock has a live member
+        (:func:`run_alive`); without it, :func:`holder_alive` decides."""
+
+    def renew(self, fleet, holder):
+        """Renew the fleet lock for the run of ``holder`` (a Lease); False when the run no longer holds it."""
+        del fleet, holder
+        return True
 
     @abc.abstractmethod
     def release(self, fleet, run_id):
@@ -524,6 +534,22 @@ def process_alive(pid, start=None):
         if current is not None and current != start:
             return False
     return True
+
+
+def holder_alive(holder, here):
+    """Whether a fleet-lock holder may be alive: on another host always (it cannot be checked from here), on this host while
+    its process runs."""
+    return holder.get('host') != here or process_alive(holder.get('pid'), holder.get('pid_start'))
+
+
+def lock_stale(current, here, alive=None):
+    """Whether the fleet lock's ``current`` holder (another run) may be taken over: its run has no live member
+    (``alive(current)`` false), else - without members - its process on this host is gone."""
+    if alive is not None:
+        verdict = alive(current)
+        if verdict is not None:
+            return not verdict
+    return not holder_alive(current, here)
 
 
 def holder_identity(run_id, pid=None, host=None, now=None):
@@ -736,18 +762,19 @@ class FileBackend(Backend):
             os.write(fd, data)
         os.fsync(fd)
 
-    def acquire(self, fleet, holder):
+    def acquire(self, fleet, holder, alive=None):
         with self._fleet_file(fleet) as (fd, path):
             current = self._read_holder(fd)
             stale = None
             if current is not None:
-                same = (current.get('run_id'), current.get('host'), current.get('pid')) == \
-                    (holder['run_id'], holder['host'], holder['pid'])
-                if not same:
-                    if current.get('host') == holder['host'] and not process_alive(current.get('pid'), current.get('pid_start')):
-                        stale = current
-                    else:
-                        raise LockHeld(fleet, current, path)
+                if current.get('run_id') == holder['run_id']:
+                    # The same run: another controller joins it (the lock belongs to the run); the holder is kept while it lives.
+                    if holder_alive(current, holder['host']):
+                        return None
+                elif not lock_stale(current, holder['host'], alive):
+                    raise LockHeld(fleet, current, path)
+                else:
+                    stale = current
             self._write_holder(fd, holder)
             return stale
 
@@ -1106,6 +1133,41 @@ class RunLedger:
         with self.locked(full=False) as head:
             return self._record({'node': None, 'from': head['status'], 'to': 'breaker_reset', 'reason': reason})
 
+    # -- the run's controllers (members, :mod:`._members`): a document, not events (a heartbeat is not a change of the run)
+    def members(self):
+        """{member name: record} of the run's controllers (the ``members`` document; empty before the first joined)."""
+        doc = self.backend.read_doc(self.run_id, _members.MEMBERS_DOC) or {}
+        members = doc.get('members') if isinstance(doc, dict) else None
+        return dict(members) if isinstance(members, dict) else {}
+
+    def _write_members(self, members):
+        self.backend.write_doc(self.run_id, _members.MEMBERS_DOC, {'run_id': self.run_id, 'members': members})
+
+    def join(self, name, record):
+        """Add (or renew) the member ``name``; the members before it ({name: record})."""
+        with self.locked(full=False):
+            members = self.members()
+            self._write_members(dict(members, **{name: record}))
+        return members
+
+    def heartbeat(self, name, now=None):
+        """Renew ``name``'s heartbeat; False when it is no member, has left or the run is finished (its keeper then stops)."""
+        with self.locked(full=False) as head:
+            if head['status'] == 'finished':
+                return False
+            members = _members.beat(self.members(), name, time.time() if now is None else now)
+            if members is None:
+                return False
+            self._write_members(members)
+            return True
+
+    def leave(self, name, now=None):
+        """Mark ``name`` as gone (its controller finished its part); the members after it."""
+        with self.locked(full=False):
+            members = _members.leave(self.members(), name, time.time() if now is None else now)
+            self._write_members(members)
+        return members
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # Across runs.
@@ -1131,6 +1193,74 @@ def last_unfinished(backend, inventory):
         if state.get('inventory') == inventory and state.get('status') in UNFINISHED:
             found.append((state.get('started') or '', run_id))
     return max(found)[1] if found else None
+
+
+def member_stale_seconds(spec):
+    """After how many seconds without a heartbeat a member is dead: I(gpufleet_ledger_lease_seconds) (default 60)."""
+    return int((spec or {}).get('lease_seconds') or DEFAULT_LEASE_SECONDS)
+
+
+def run_alive(backend, run_id, stale, here=None, now=None):
+    """Whether run ``run_id`` has a live member (None when it keeps no members: the caller falls back to the holder's pid)."""
+    try:
+        ledger = RunLedger(backend, run_id)
+        members = ledger.members()
+    except (LedgerError, OSError, ValueError):
+        return None
+    if not members:
+        return None
+    return bool(_members.live(members, time.time() if now is None else now, stale, here or socket.gethostname(), process_alive))
+
+
+def spawn_python(code, payload, what):
+    """Start a detached Python process running ``code`` (the collection importable, ``payload`` as JSON on its standard
+    input); its pid.  ``what`` names it in an error."""
+    # Where this module was imported from: the folders holding ansible_collections (Ansible's loader knows them all).
+    roots = [os.path.abspath(os.path.join(os.path.dirname(__file__), *(['..'] * 5)))]
+    roots += [os.path.dirname(path) for path in getattr(sys.modules.get('ansible_collections'), '__path__', None) or []]
+    prelude = 'import json, sys; sys.path[:0] = json.loads(sys.argv[1]); '
+    try:
+        argv = [sys.executable, '-c', prelude + code, json.dumps(list(dict.fromkeys(roots)))]
+        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,  # pylint: disable=consider-using-with
+                                   stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, cwd='/')
+        process.stdin.write(json.dumps(payload).encode('utf-8'))
+        process.stdin.close()
+    except OSError as exc:
+        raise LedgerError('cannot start the process that %s: %s' % (what, exc.strerror)) from None
+    return process.pid
+
+
+def keep(spec, run_id, fleet, holder, member):
+    """Start the member's keeper (:func:`keep_loop`): the heartbeat of ``member`` in run ``run_id`` and the renewal of the
+    fleet lock (a Lease) while the controller's process (``holder['pid']``) lives."""
+    code = ('from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger; '
+            '_ledger.keep_loop(**json.loads(sys.stdin.read()))')
+    payload = {'spec': {key: value for key, value in spec.items() if key != 'run_id'}, 'run_id': run_id, 'fleet': fleet,
+               'holder': holder, 'member': member}
+    return spawn_python(code, payload, 'keeps member %s of run %s alive' % (member, run_id))
+
+
+def keep_loop(spec, run_id, fleet, holder, member, interval=None, sleep=time.sleep, alive=process_alive):
+    """Renew ``member``'s heartbeat (and the fleet Lease) every third of the stale time while the controller's process
+    lives; it looks at the process every second.  Returns why it stopped: ``left`` (the member left, or the run finished)
+    or ``holder gone`` (the heartbeat then goes stale: the member is dead for the others).  A failed write (the backend
+    briefly unreachable) is tried again next round."""
+    backend = open_backend(spec)
+    ledger = RunLedger(backend, run_id)
+    interval = interval or max(1.0, member_stale_seconds(spec) / 3.0)
+    waited = interval
+    while alive(holder.get('pid'), holder.get('pid_start')):
+        if waited >= interval:
+            waited = 0.0
+            try:
+                backend.renew(fleet, holder)
+                if not ledger.heartbeat(member):
+                    return 'left'
+            except (LedgerError, OSError, ValueError):
+                pass
+        sleep(1.0)
+        waited += 1.0
+    return 'holder gone'
 
 
 def phase_times(events):
@@ -1176,7 +1306,10 @@ def ledger_spec(variables, run_dir):
     if not isinstance(run_dir, str) or not run_dir:
         raise LedgerError('gpufleet_run_dir: must be a folder on the controller, got %r' % (run_dir,))
     if kind == 'file':
-        return {'backend': 'file', 'run_dir': run_dir}
+        spec = {'backend': 'file', 'run_dir': run_dir}
+        if variables.get('gpufleet_ledger_lease_seconds') not in (None, ''):
+            spec['lease_seconds'] = _lease_seconds(variables)
+        return spec
     spec = {'backend': 'kubernetes', 'run_dir': run_dir}
     for name, key, default in (('gpufleet_ledger_namespace', 'namespace', DEFAULT_NAMESPACE), ('gpufleet_kubeconfig', 'kubeconfig', ''),
                                ('gpufleet_ledger_context', 'context', '')):
@@ -1185,6 +1318,11 @@ def ledger_spec(variables, run_dir):
         if not isinstance(value, str):
             raise LedgerError('%s: must be a text, got %r' % (name, value))
         spec[key] = value
+    spec['lease_seconds'] = _lease_seconds(variables)
+    return spec
+
+
+def _lease_seconds(variables):
     seconds = variables.get('gpufleet_ledger_lease_seconds')
     seconds = DEFAULT_LEASE_SECONDS if seconds in (None, '') else seconds
     try:
@@ -1192,8 +1330,7 @@ def ledger_spec(variables, run_dir):
             raise ValueError()
     except ValueError:
         raise LedgerError('gpufleet_ledger_lease_seconds: must be a whole number of seconds, at least 3, got %r' % (seconds,)) from None
-    spec['lease_seconds'] = int(str(seconds))
-    return spec
+    return int(str(seconds))
 
 
 def open_backend(spec):

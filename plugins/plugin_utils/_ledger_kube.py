@@ -55,8 +55,6 @@ import json
 import os
 import re
 import socket
-import subprocess
-import sys
 import time
 
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
@@ -654,7 +652,7 @@ class KubernetesBackend(_ledger.Backend):
                 'after %s' % (self.namespace, self.fleet_lease(fleet), spec.get('renewTime'), int(now - renewed), seconds,
                               micro_time(_ledger.datetime.datetime.fromtimestamp(renewed + seconds, _ledger.datetime.timezone.utc))))
 
-    def acquire(self, fleet, holder):
+    def acquire(self, fleet, holder, alive=None):
         name = self.fleet_lease(fleet)
         for _attempt in range(CONFLICT_RETRIES):
             now = _ledger.utcnow()
@@ -671,12 +669,12 @@ class KubernetesBackend(_ledger.Backend):
                 current = self._holder_of(lease)
                 spec = dict(lease.get('spec') or {})
                 stale = None
-                same = current is not None and (current.get('run_id'), current.get('host'), current.get('pid')) == \
-                    (holder['run_id'], holder['host'], holder['pid'])
+                same = current is not None and current.get('run_id') == holder['run_id']
+                if same and _ledger.holder_alive(current, holder['host']):
+                    return None     # the same run: another controller joins it (the Lease belongs to the run)
                 if current is not None and not same:
                     expired = (parse_time(spec.get('renewTime')) or 0) + (spec.get('leaseDurationSeconds') or 0) < now.timestamp()
-                    gone = current.get('host') == holder['host'] and not _ledger.process_alive(current.get('pid'), current.get('pid_start'))
-                    if not (expired or gone):
+                    if not (expired or _ledger.lock_stale(current, holder['host'], alive)):
                         raise LeaseHeld(fleet, current, self._lease_text(fleet, lease, now.timestamp()))
                     stale = current
                 if not same:
@@ -715,47 +713,10 @@ class KubernetesBackend(_ledger.Backend):
         return self._update_own(fleet, run_id, lambda spec: {key: value for key, value in spec.items() if key != 'holderIdentity'})
 
     def renew(self, fleet, holder):
-        """Renew the fleet Lease for ``holder``; False when it no longer holds it (released, or taken over as stale)."""
-        return self._update_own(fleet, holder['run_id'], lambda spec: dict(spec, renewTime=micro_time(_ledger.utcnow())), pid=holder.get('pid'))
+        """Renew the fleet Lease for the run of ``holder`` (any of its controllers renews it); False when the run no longer
+        holds it (released, or taken over as stale)."""
+        return self._update_own(fleet, holder['run_id'], lambda spec: dict(spec, renewTime=micro_time(_ledger.utcnow())))
 
     def holder(self, fleet):
         lease = self.api.get('Lease', self.namespace, self.fleet_lease(fleet))
         return self._holder_of(lease) if lease is not None else None
-
-    def hold(self, fleet, holder):
-        """Keep the fleet Lease renewed while the holder's process (``ansible-playbook``) lives: a detached process."""
-        # Where this module was imported from: the folders holding ansible_collections (Ansible's loader knows them all).
-        roots = [os.path.abspath(os.path.join(os.path.dirname(__file__), *(['..'] * 5)))]
-        roots += [os.path.dirname(path) for path in getattr(sys.modules.get('ansible_collections'), '__path__', None) or []]
-        code = ('import json, sys; sys.path[:0] = json.loads(sys.argv[1]); '
-                'from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger_kube; '
-                '_ledger_kube.renew_loop(**json.loads(sys.stdin.read()))')
-        payload = json.dumps({'spec': self.spec(), 'fleet': fleet, 'holder': holder})
-        try:
-            argv = [sys.executable, '-c', code, json.dumps(list(dict.fromkeys(roots)))]
-            process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,  # pylint: disable=consider-using-with
-                                       stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, cwd='/')
-            process.stdin.write(payload.encode('utf-8'))
-            process.stdin.close()
-        except OSError as exc:
-            raise _ledger.LedgerError('cannot start the process that renews Lease %s/%s: %s'
-                                      % (self.namespace, self.fleet_lease(fleet), exc.strerror)) from None
-        return process.pid
-
-
-def renew_loop(spec, fleet, holder, interval=None, sleep=time.sleep):
-    """Renew the fleet Lease every third of its duration while the holder's process lives and the Lease is still its own.
-
-    Returns why it stopped: ``released`` (finished, or taken over) or ``holder gone`` (then the Lease goes stale after its
-    duration and a resume takes it over).  A failed renewal (the API briefly unreachable) is tried again next round.
-    """
-    backend = _ledger.open_backend(spec)
-    interval = interval or max(1.0, backend.lease_seconds / 3.0)
-    while _ledger.process_alive(holder.get('pid'), holder.get('pid_start')):
-        try:
-            if not backend.renew(fleet, holder):
-                return 'released'
-        except _ledger.LedgerError:
-            pass
-        sleep(interval)
-    return 'holder gone'

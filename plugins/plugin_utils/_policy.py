@@ -46,6 +46,7 @@ DEFAULTS = {
     'gpufleet_domain_var': None,
     'gpufleet_domain_max': None,
     'gpufleet_max_fail_percentage': 0,
+    'gpufleet_budget_window': True,
     'gpufleet_maintenance_window': None,
     'gpufleet_soak_seconds': 0,
     'gpufleet_retries': 0,
@@ -97,6 +98,7 @@ class Policy:
     domain_var: str | None = None
     domain_max: int | None = None
     max_fail_percentage: float | None = 0
+    budget_window: bool = True         # the window never exceeds what the failure budget can still absorb
     maintenance_window: tuple = ()     # of Window; empty = always open
     soak_seconds: float = 0
     retries: int = 0
@@ -111,6 +113,19 @@ class Policy:
         if isinstance(self.window, float):
             return max(1, int(math.floor(total * self.window + 1e-9)))
         return self.window
+
+    def budget_cap(self, total, failed):
+        """How many nodes may be in flight so that the failure budget keeps its promise, or None (no cap).
+
+        The budget allows ``floor(max_fail_percentage * total / 100)`` failures; with ``failed`` spent, at most the failures
+        it can still absorb plus one may be in flight: if every one of them fails, the run pauses having exceeded the
+        budget by the one failure that showed it is spent, never by more.  None without a budget or with
+        ``gpufleet_budget_window: false``.
+        """
+        if not self.budget_window or self.max_fail_percentage is None or not total:
+            return None
+        allowed = int(math.floor(self.max_fail_percentage * total / 100.0 + 1e-9))
+        return max(0, allowed - failed) + 1
 
     def in_maintenance_window(self, now):
         """True when admissions are allowed at ``now`` (an aware datetime)."""
@@ -128,6 +143,7 @@ class Policy:
             'gpufleet_domain_var': self.domain_var,
             'gpufleet_domain_max': self.domain_max,
             'gpufleet_max_fail_percentage': self.max_fail_percentage,
+            'gpufleet_budget_window': self.budget_window,
             'gpufleet_maintenance_window': [w.to_dict() for w in self.maintenance_window] or None,
             'gpufleet_soak_seconds': self.soak_seconds,
             'gpufleet_retries': self.retries,
@@ -397,6 +413,7 @@ def load_policy(variables):
         domain_var=domain_var,
         domain_max=domain_max,
         max_fail_percentage=max_fail,
+        budget_window=flag('gpufleet_budget_window', raw['gpufleet_budget_window']),
         maintenance_window=parse_maintenance_window(raw['gpufleet_maintenance_window']),
         soak_seconds=seconds('gpufleet_soak_seconds', raw['gpufleet_soak_seconds']),
         retries=whole('gpufleet_retries', raw['gpufleet_retries'], 0),
@@ -406,6 +423,18 @@ def load_policy(variables):
         circuit_breaker_threshold=breaker_threshold,
         circuit_breaker_window=breaker_window,
     )
+
+
+def flag(variable, value):
+    """A yes/no variable: a boolean, or true/false/yes/no/on/off/1/0 as text."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if isinstance(value, (str, int)) else None
+    if text in ('true', 'yes', 'on', '1'):
+        return True
+    if text in ('false', 'no', 'off', '0'):
+        return False
+    raise PolicyError(variable, 'must be true or false, got %s' % _shown(value))
 
 
 def node_domains(hostvars, domain_var):

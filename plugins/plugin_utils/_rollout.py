@@ -469,8 +469,9 @@ def walk(current, target):
     return _phase.walk(current, target)
 
 
-def summary(state):
-    """The run in numbers and one line: counts per state, each node's state and reason, the pause and what is left."""
+def summary(state, members=None, held=None):
+    """The run in numbers and one line: counts per state, each node's state and reason, the pause and what is left; with
+    several controllers, ``members`` ({name: alive | left | dead}) and the nodes ``held`` by a dead one ({node: member})."""
     counts = collections.Counter(record['state'] for record in state['nodes'].values())
     left = sorted(name for name, record in state['nodes'].items() if record['state'] not in _gate.FINAL)
     pause = state.get('pause') or {}
@@ -480,9 +481,18 @@ def summary(state):
         line += '; paused (%s): %s' % (pause.get('rule') or pause.get('by') or 'paused', pause.get('reason') or '')
     if left:
         line += '; not finished: %s' % ', '.join(left[:20]) + (' and %d more' % (len(left) - 20) if len(left) > 20 else '')
+    by_member = {}
+    for name, member in sorted((held or {}).items()):
+        by_member.setdefault(member, []).append(name)
+    if by_member:
+        line += '; held by a dead controller (rerun its slice to resume them): %s' % '; '.join(
+            '%s: %s' % (member, ', '.join(names)) for member, names in sorted(by_member.items()))
     nodes = dict((name, {'state': record['state'], 'reason': record.get('reason') or ''}) for name, record in sorted(state['nodes'].items()))
-    return {'run_id': state['run_id'], 'status': state.get('status'), 'counts': dict(counts), 'left': left,
-            'pause': state.get('pause'), 'message': line, 'nodes': nodes}
+    report = {'run_id': state['run_id'], 'status': state.get('status'), 'counts': dict(counts), 'left': left,
+              'pause': state.get('pause'), 'message': line, 'nodes': nodes}
+    if members:
+        report.update(members=dict(members), held=dict(held or {}))
+    return report
 
 
 def _counts(state):

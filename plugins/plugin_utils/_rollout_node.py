@@ -5,19 +5,27 @@
 
 Each step is a function of a :class:`._run_context.RunContext`.  ``admit`` waits at the gate: it reads the ledger's head
 and the scheduler each poll, asks :func:`._gate.admit` and, for an admission, :func:`._gate.in_line` (the plan's order,
-the arrival grace), and records the answer under the run lock.
+the arrival grace), and records the answer under the run lock, with the controller (the run's member, I(member)) that
+admitted the node.  With several controllers the gate decides from the whole run: the window, the floor, the budget and
+every other rule count every controller's nodes; the arrival grace waits only for this controller's own hosts.
 """
 
 from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
 
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _members
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _phase
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _shared_view
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._run_context import GateError
 
 # The gate asks a scheduler that does not answer again after the poll interval, doubled each time up to this (seconds).
@@ -94,87 +102,228 @@ def _arrived(backend, run_id, node):
     return data
 
 
-def _decide(context, ledger, policy, scheduler, node, started, poll):
+def _live(context, ledger):
+    """The run's live members now (read only when a node in flight on another member asks)."""
+    spec = context.args['ledger'] or {}
+    return frozenset(_members.live(ledger.members(), context.clock.time(), _ledger.member_stale_seconds(spec), _ledger.socket.gethostname(),
+                                   _ledger.process_alive))
+
+
+def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
     """One look at the gate under the run lock: the decision for ``node`` (in the plan's order when it is an admission),
-    recorded. (decision, the state a crash caught the node in, the head when this look paused the run)."""
+    recorded. (decision, the state a crash caught the node in, the head when this look paused the run). ``docs``: where the
+    gate's waiting and arrival lists are read and written (a pass's :class:`PassDocs`; else the ledger's backend)."""
     args, clock = context.args, context.clock
-    backend = ledger.backend
+    backend = docs or ledger.backend
     ttl = _gate.waiting_ttl(poll)
     scheduler_out = set(scheduler.unavailable)
     now = clock.utcnow()
     caught = ''
     pause_set = None
+    me = args['member'] or None
+    mine = context.task_vars.get('ansible_play_hosts_all')
     with ledger.locked(full=False) as state:
         # The gate's compact view: the nodes in flight, failed or early, this node and the unavailable ones.
         rollout = _rollout.rollout_view(ledger.gate_view(node, extra=scheduler_out), context.breaker(state))
-        decision = _gate.admit(policy, rollout, scheduler, node, now)
+        holder = rollout.nodes[node].member
+        if rollout.nodes[node].state in _gate.IN_FLIGHT and holder and holder != me:
+            # In flight on another controller of the run: resumed here only once that one is dead.
+            rollout = dataclasses.replace(rollout, live=_live(context, ledger))
+        decision = _gate.admit(policy, rollout, scheduler, node, now, member=me)
+        if decision.rule == 'resume' and me and holder == me:
+            # Admitted by an earlier look of this controller; its worker has not taken that verdict yet: it stands.
+            record = ledger.node(node)
+            return (_gate.Decision(_gate.ADMIT, 'canary' if record.get('canary') else 'admit', record.get('reason') or 'admitted',
+                                   canary=bool(record.get('canary'))), record.get('resumed_from') or '', None)
         if decision.action == _gate.ADMIT and decision.rule != 'resume':
             waiting = _waiting(backend, ledger.run_id, node, True, ttl, clock.time())
             arrived = _arrived(backend, ledger.run_id, node)
             forks = int(context.task_vars.get('ansible_forks') or 5)
             in_flight = sum(state['counts'].get(name, 0) for name in _ledger.IN_FLIGHT)
-            candidates = _gate.queue_candidates(node, args['order'], waiting, arrived, in_flight, forks, clock.time() - started, poll)
+            # The arrival grace waits for this controller's own hosts only (another controller's never arrive here).
+            order = [name for name in args['order'] if name in mine] if isinstance(mine, list) and mine else args['order']
+            candidates = _gate.queue_candidates(node, order, waiting, arrived, in_flight, forks, clock.time() - started, poll)
             if candidates:
                 rollout = _rollout.rollout_view(ledger.gate_view(node, extra=scheduler_out | candidates), context.breaker(state))
             decision = _gate.in_line(policy, rollout, scheduler, node, args['order'], candidates, now, decision)
         if decision.action == _gate.ADMIT:
-            details = {'canary': True} if decision.canary else None
+            details = {'canary': True} if decision.canary else {}
             caught = ledger.node(node)['state'] if decision.rule == 'resume' else ''
-            ledger.transition(node, 'admitted', decision.reason, details=details, resume=decision.rule == 'resume')
+            if me:
+                details.update(member=me, resumed_from=caught)
+            ledger.transition(node, 'admitted', decision.reason, details=details or None, resume=decision.rule == 'resume')
             _waiting(backend, ledger.run_id, node, False, ttl, clock.time())
         elif decision.action in (_gate.SKIP, _gate.PAUSE):
             _waiting(backend, ledger.run_id, node, False, ttl, clock.time())
             if decision.action == _gate.PAUSE and state['status'] != 'paused':
-                ledger.set_status('paused', decision.reason, details={'rule': decision.rule, 'by': 'gate'})
+                ledger.set_status('paused', decision.reason, details={'rule': decision.rule, 'rules': list(decision.rules or (decision.rule,)),
+                                                                      'by': 'gate'})
                 pause_set = state
         else:
             _waiting(backend, ledger.run_id, node, True, ttl, clock.time())
     return decision, caught, pause_set
 
 
+class PassDocs:
+    """The gate's waiting and arrival lists during one pass: each read once from the backend, changed in memory, written back
+    once (:meth:`flush`, under the run lock)."""
+
+    NAMES = ('waiting', 'arrived')
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.docs = {}
+        self.dirty = set()
+
+    def read_doc(self, run_id, name):
+        if name not in self.NAMES:
+            return self.backend.read_doc(run_id, name)
+        if name not in self.docs:
+            self.docs[name] = self.backend.read_doc(run_id, name)
+        return copy.deepcopy(self.docs[name])
+
+    def write_doc(self, run_id, name, doc):
+        if name not in self.NAMES:
+            self.backend.write_doc(run_id, name, doc)
+            return
+        self.docs[name] = copy.deepcopy(doc)
+        self.dirty.add(name)
+
+    def flush(self, run_id):
+        for name in sorted(self.dirty):
+            self.backend.write_doc(run_id, name, self.docs[name])
+        self.dirty = set()
+
+
+def look(context, ledger, policy, domains, waiting, poll):
+    """One look at the gate for every node of ``waiting`` ({node: when it reached the gate}, this controller's), in the
+    plan's order, under one run lock: {node: {decision, caught}} and the run's pause when this look paused it.
+
+    One read of the ledger (its tail, the gate's view, the waiting and arrival lists once) and of the scheduler (the shared
+    view) per look, whatever the number of nodes: with the shared view, one look per poll serves every worker of the
+    controller (:func:`admit`)."""
+    ledger.catch_up()
+    state = ledger.head      # run-level fields only: a look never reads every node's record
+    verdicts = {}
+    if state['status'] == 'paused' and (state.get('pause') or {}).get('rule') == 'scheduler':
+        decision = _gate.Decision('pending', 'scheduler', 'the run is paused: %s' % state['pause'].get('reason'))
+        return {node: {'decision': decision.to_dict(), 'caught': ''} for node in waiting}
+    first = min(waiting, key=lambda name: waiting[name])
+    fleet, why = _fleet_or_stop(context, ledger, first)
+    if fleet is None:
+        decision = _gate.Decision('pending', 'scheduler', why)
+        return {node: {'decision': decision.to_dict(), 'caught': ''} for node in waiting}
+    scheduler = fleet.view(domains)
+    rank = {name: index for index, name in enumerate(context.args['order'])}
+    docs = PassDocs(ledger.backend)
+    paused = None
+    with ledger.locked(full=False):
+        for node in sorted(waiting, key=lambda name: (rank.get(name, len(rank)), name)):
+            decision, caught, pause_set = _decide(context, ledger, policy, scheduler, node, waiting[node], poll, docs=docs)
+            verdicts[node] = {'decision': decision.to_dict(), 'caught': caught}
+            if pause_set is not None:
+                paused = (decision, pause_set)
+        docs.flush(ledger.run_id)
+    if paused is not None:
+        context.escalate(policy.escalation, _rollout.escalation_payload(ledger.run_id, paused[0].to_dict(), paused[1]))
+    return verdicts
+
+
+def _decision(data):
+    until = data.get('until')
+    return _gate.Decision(data['action'], data['rule'], data['reason'], canary=bool(data.get('canary')),
+                          until=datetime.datetime.fromisoformat(until) if until else None, rules=tuple(data.get('rules') or ()))
+
+
+class SharedGate:
+    """The gate shared by the workers of one controller: each registers its node in the controller's waiting room (a local
+    file) and takes its verdict from the controller's last look (:func:`look`), made by one of them per poll interval."""
+
+    def __init__(self, context, ledger, poll):
+        self.context, self.ledger, self.poll = context, ledger, poll
+        pid = context.clock.parent()
+        start = _ledger.process_start(pid)
+        what = {'run_id': ledger.run_id, 'ledger': {key: value for key, value in (context.args['ledger'] or {}).items() if key != 'results_dir'}}
+        self.room = _shared_view.view_key(pid, start, 'gate-waiting', what)
+        self.look_key = _shared_view.view_key(pid, start, 'gate', what)
+        self.folder = getattr(context, 'shared_folder', None)
+
+    def enter(self, node, started, present=True):
+        """Register (or remove) ``node`` in the waiting room: {node: [last poll, arrival]}, entries older than the gate's
+        waiting time dropped (their worker is gone)."""
+        now, ttl = self.context.clock.time(), _gate.waiting_ttl(self.poll)
+
+        def change(room):
+            kept = {name: entry for name, entry in room.items()
+                    if isinstance(entry, list) and len(entry) == 2 and all(isinstance(item, (int, float)) for item in entry)
+                    and now - entry[0] <= ttl}
+            if present:
+                kept[node] = [now, started]
+            else:
+                kept.pop(node, None)
+            return kept
+        return _shared_view.update(self.room, change, folder=self.folder)
+
+    def verdict(self, node, policy, domains):
+        """This node's verdict from the controller's last look (one look per poll for every worker), or None."""
+        def reader():
+            room = _shared_view.update(self.room, lambda room: room, folder=self.folder)
+            waiting = {name: entry[1] for name, entry in room.items() if isinstance(entry, list) and len(entry) == 2}
+            return look(self.context, self.ledger, policy, domains, waiting, self.poll) if waiting else {}
+        verdicts = _shared_view.fetch(self.look_key, self.poll, reader, folder=self.folder, clock=self.context.clock.time)
+        return (verdicts or {}).get(node)
+
+
 def admit(context):
-    """Wait at the gate until the node is admitted (or skipped, the run paused, I(admit_timeout) spent, the scheduler gone)."""
+    """Wait at the gate until the node is admitted (or skipped, the run paused, I(admit_timeout) spent, the scheduler gone).
+
+    With the shared view (the default of a real run) the workers of this controller wait in one waiting room and one of
+    them looks at the gate for all of them per poll interval (:class:`SharedGate`); else (a unit test's injected
+    scheduler) each looks for its own node."""
     args, clock, node = context.args, context.clock, context.host
     spec = args['ledger']
     ledger = context.ledger(spec)
     results_dir = context.results_dir(spec)
     poll = max(0.2, args['poll'])
     started = clock.time()
-    domains = {}
     hostvars = context.task_vars.get('hostvars') or {}
     parent = clock.parent()
+    policy = _policy.load_policy(ledger.head['policy'])      # a run keeps the policy it started with
+    domains = {name: context.hostvar(name, policy.domain_var) for name in hostvars} if policy.domain_var else {}
+    shared = SharedGate(context, ledger, poll) if getattr(context, 'shared', False) else None
     caught = ''
     while True:
         if clock.parent() != parent:
             # ansible-playbook is gone (killed): an orphaned worker must not admit anyone.
+            if shared is not None:
+                shared.enter(node, started, present=False)
             raise GateError('ansible-playbook (pid %d) is gone; %s stays pending' % (parent, node))
-        ledger.catch_up()
-        state = ledger.head      # run-level fields only: a poll never reads every node's record
-        policy = _policy.load_policy(state['policy'])
-        if policy.domain_var and not domains:
-            domains = {name: context.hostvar(name, policy.domain_var) for name in hostvars}
-        if state['status'] == 'paused' and (state.get('pause') or {}).get('rule') == 'scheduler':
-            decision = _gate.Decision('pending', 'scheduler', 'the run is paused: %s' % state['pause'].get('reason'))
-            waited = round(clock.time() - started, 1)
-            break
-        fleet, why = _fleet_or_stop(context, ledger, node)
-        if fleet is None:
-            decision = _gate.Decision('pending', 'scheduler', why)
-            waited = round(clock.time() - started, 1)
-            break
-        decision, caught, pause_set = _decide(context, ledger, policy, fleet.view(domains), node, started, poll)
-        if pause_set is not None:
-            context.escalate(policy.escalation, _rollout.escalation_payload(ledger.run_id, decision.to_dict(), pause_set))
+        if shared is not None:
+            shared.enter(node, started)
+            verdict = shared.verdict(node, policy, domains)
+        else:
+            verdict = look(context, ledger, policy, domains, {node: started}, poll).get(node)
+        decision = _decision(verdict['decision']) if verdict else _gate.Decision(_gate.WAIT, 'queue', 'waiting for the next look at the gate')
         waited = round(clock.time() - started, 1)
+        if decision.action == _gate.WAIT and args['admit_timeout'] and waited >= args['admit_timeout']:
+            if shared is not None:
+                # Leave the room first, then take the look that may have admitted this node meanwhile (never lose an admission).
+                shared.enter(node, started, present=False)
+                verdict = shared.verdict(node, policy, domains)
+                if verdict and verdict['decision']['action'] != _gate.WAIT:
+                    decision = _decision(verdict['decision'])
+            if decision.action == _gate.WAIT:
+                decision = _gate.Decision('pending', decision.rule, 'waited %ss at the gate (admit_timeout): %s' % (waited, decision.reason))
+                break
         if decision.action != _gate.WAIT:
-            break
-        if args['admit_timeout'] and waited >= args['admit_timeout']:
-            decision = _gate.Decision('pending', decision.rule, 'waited %ss at the gate (admit_timeout): %s' % (waited, decision.reason))
+            caught = (verdict or {}).get('caught') or ''
             break
         pause = poll
         if decision.until is not None:
             pause = max(0.2, min(poll, decision.until.timestamp() - clock.time()))
         clock.sleep(pause)
+    if shared is not None:
+        shared.enter(node, started, present=False)
     verdict = decision.action
     context.result.update(changed=verdict == _gate.ADMIT, verdict=verdict, admitted=verdict == _gate.ADMIT, rule=decision.rule,
                           reason=decision.reason, canary=decision.canary, waited=waited,

@@ -11,13 +11,25 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _members
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._run_context import GateError
 
 
 def _pause(ledger, decision):
-    ledger.set_status('paused', decision.reason, details={'rule': decision.rule, 'by': 'gate'})
+    ledger.set_status('paused', decision.reason, details={'rule': decision.rule, 'rules': list(decision.rules or (decision.rule,)), 'by': 'gate'})
+
+
+def members_now(context, ledger, state, spec=None):
+    """(each member's standing {name: alive | left | dead}, the nodes in flight held by a dead member {node: member})."""
+    members = ledger.members()
+    if not members:
+        return {}, {}
+    stale = _ledger.member_stale_seconds(spec if spec is not None else context.args['ledger'])
+    now, here = context.clock.time(), _ledger.socket.gethostname()
+    return (_members.summary(members, now, stale, here, _ledger.process_alive),
+            _members.held(state['nodes'], members, now, stale, here, _ledger.process_alive, in_flight=_gate.IN_FLIGHT))
 
 
 def _files(context, ledger, spec, report):
@@ -52,13 +64,16 @@ def summary(context):
 
 
 def finish(context):
-    """The run's summary; ``finished`` when every node is final, ``paused`` (the task fails) when a pause rule holds; the
-    fleet lock I(fleet) released."""
+    """This controller's part of the run is over: it leaves the run (I(member)); the run is ``finished`` when every node of
+    the fleet is final (whichever controller sees it last), ``paused`` (the task fails) when a pause rule holds; the fleet
+    lock I(fleet) is released once no controller of the run is alive."""
     args = context.args
     spec = args['ledger']
     ledger = context.ledger(spec)
     policy = _policy.load_policy(ledger.state['policy'])
     pause_set = None
+    if args['member']:
+        ledger.leave(args['member'], context.clock.time())
     with ledger.locked() as state:
         rollout = _rollout.rollout_view(_ledger.node_view(state), context.breaker(state))
         decision = _gate.pause_decision(policy, rollout, context.clock.utcnow())
@@ -69,10 +84,12 @@ def finish(context):
             # Every node is final: nothing is left for a resume; a batch's own stop (Ansible's rule) does not outlive it.
             counts = _rollout.summary(state)['counts']
             ledger.set_status('finished', 'every node is final: %s' % ', '.join('%d %s' % (counts[name], name) for name in sorted(counts)))
-        report = _rollout.summary(state)
+        standing, held = members_now(context, ledger, state, spec)
+        report = _rollout.summary(state, standing, held)
     if pause_set is not None:
         context.escalate(policy.escalation, _rollout.escalation_payload(ledger.run_id, pause_set.to_dict(), ledger.state))
-    if args['fleet']:
+    others = sorted(name for name, status in standing.items() if status == 'alive' and name != args['member'])
+    if args['fleet'] and (report['status'] == 'finished' or not others):
         ledger.backend.release(args['fleet'], ledger.run_id)
     report = _files(context, ledger, spec, report)
     context.result.update(report, changed=False, msg='%s; ledger %s, state %s' % (report['message'], report['ledger_file'], report['state_file']))
@@ -143,6 +160,7 @@ def control(context):
             if verb in NODE_VERBS:
                 NODE_VERBS[verb](ledger, state, node, reason, args)
             done.append(node)
-        report = _rollout.summary(state)
+        standing, held = members_now(context, ledger, state, context.ledger_spec())
+        report = _rollout.summary(state, standing, held)
     context.result.update(report, changed=True, verb=verb, nodes=done, pin=state.get('pin') or {},
                           msg='%s %s: %s' % (verb, ', '.join(done) or 'run ' + run_id, report['message']))

@@ -2,10 +2,15 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The rollout gate's steps before the nodes, on localhost: ``check`` (the policy), ``plan`` (the dry run) and ``start``
-(start or resume a run).
+(start, resume or join a run).
 
 Each step is a function of a :class:`._run_context.RunContext`.  The start reads the earlier runs in the backend once
 (:func:`read_earlier`): their states give the plan's durations, the previous pin and the circuit breaker's memory.
+
+Several controllers run one rollout when they start it with the same run id (``gpufleet_run_id``; an AWX job's slices
+share ``awx-<awx_workflow_job_id>``): the first creates the run for every node of its inventory's ``gpufleet_hosts``, the
+others join it (their nodes added), each a member of the run (:mod:`._members`) whose keeper process keeps its heartbeat
+in the ledger.  The fleet lock belongs to the run: a second, different rollout is refused while the run has a live member.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _members
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
@@ -102,12 +108,24 @@ def read_earlier(context, backend, run_ids, run_id, policy):
     return Earlier([states[name] for name in recent if name in states], memory)
 
 
-def _resume(context, backend, run_id, inventory, infos, policy):
-    """Resume run ``run_id``: refused (nothing written) for another pin, playbook or mode; the new nodes added, the run
-    running again, in batch mode the nodes a crash caught in flight admitted again. (ledger, its policy, caught)."""
+def live_others(context, ledger, spec, me):
+    """The live members of the run other than ``me`` (the controllers running it with this one)."""
+    living = _members.live(ledger.members(), context.clock.time(), _ledger.member_stale_seconds(spec), _ledger.socket.gethostname(),
+                           _ledger.process_alive)
+    return sorted(living - {me})
+
+
+def _resume(context, backend, run_id, inventory, infos, policy, spec, me):
+    """Resume or join run ``run_id``: refused (nothing written) for another pin, playbook or mode; the new nodes added, the
+    run running again (unless another live controller runs it: its pause stands), in batch mode the nodes a crash caught in
+    flight admitted again. (ledger, its policy, caught, the other live members)."""
     args = context.args
     ledger = _ledger.RunLedger.open(backend, run_id)
     state = ledger.state
+    others = live_others(context, ledger, spec, me)
+    if others and args['mode'] == 'batch':
+        raise GateError('run %s is running on controller(s) %s: several controllers share a run in window mode only (set '
+                        'gpufleet_window; batch mode has no gate to hold one budget)' % (run_id, ', '.join(others)))
     # The run's pin and mode are the ones it recorded: another one refuses the resume before anything is written.
     _rollout.resume_pin(run_id, state.get('pin'), args['pin'], args['pin_source'])
     refusal = _rollout.resume_refusal(run_id, state, args['kind'], args['mode'])
@@ -116,7 +134,7 @@ def _resume(context, backend, run_id, inventory, infos, policy):
     if state.get('inventory') not in (None, inventory):
         context.warn('run %s was started from inventory %s' % (run_id, state.get('inventory')))
     ledger.add_nodes({node: info for node, info in infos.items() if node not in state['nodes']})
-    if _rollout.reopens(state):
+    if _rollout.reopens(state) and not others:
         ledger.set_status('running', 'resumed')
     caught = {}
     if args['mode'] == 'batch':
@@ -128,7 +146,7 @@ def _resume(context, backend, run_id, inventory, infos, policy):
                                   % (name, record['state']), resume=True)
     if _policy.load_policy(state['policy']) != policy:
         context.warn('run %s keeps the policy it started with (state.json policy); start a new run to change it' % run_id)
-    return ledger, _policy.load_policy(state['policy']), caught
+    return ledger, _policy.load_policy(state['policy']), caught, others
 
 
 def _hold_batch(context, ledger, state, policy, breaker):
@@ -141,27 +159,53 @@ def _hold_batch(context, ledger, state, policy, breaker):
         raise GateError('rollout paused (%s): %s; no batch starts' % (held.rule, held.reason))
 
 
-def _open_run(context, backend, run_ids, run_id, resume, inventory, nodes, policy, domains):
-    """The run's ledger, started or resumed, under the fleet lock: (ledger, its policy, scheduler, earlier, caught)."""
+@dataclasses.dataclass
+class Opened:
+    """The run a start opened: its ledger and policy, the scheduler's answer, the earlier runs, the nodes a crash caught
+    (batch mode), whether it was resumed or joined (``resume``) and the other live controllers (``others``)."""
+
+    ledger: object
+    policy: object
+    scheduler: object
+    earlier: Earlier
+    caught: dict
+    resume: bool
+    others: list
+
+
+def _create(context, backend, run_id, inventory, infos, policy, scheduler, earlier):
+    """A new run's ledger: one record per run (the pin, the previous pin, the policy, the mode, the order and the circuit
+    breaker's memory of earlier runs, all in the ledger's first event); None when another controller created it first."""
+    args = context.args
+    order = _rollout.plan_order(infos, {node: info['domain'] for node, info in infos.items()}, scheduler, earlier.states)
+    try:
+        return _ledger.RunLedger.create(backend, run_id, inventory=inventory, policy=policy.to_dict(), pin=args['pin'], nodes=infos,
+                                        mode=args['mode'], kind=args['kind'] or None,
+                                        previous_pin=_rollout.previous_pin(earlier.states, inventory), order=order,
+                                        breaker_history=earlier.breaker)
+    except _ledger.LedgerError:
+        if args['run_id'] and backend.exists(run_id):
+            return None     # another controller of the same run id was first: join it
+        raise
+
+
+def _open_run(context, backend, run_ids, run_id, resume, inventory, nodes, policy, domains, spec, me):
+    """The run's ledger, started, resumed or joined, under the fleet lock (:class:`Opened`)."""
     args = context.args
     scheduler = context.fleet_or_empty(nodes, jobs=True)
     infos = {node: {'domain': domains[node], 'gpus': scheduler.gpus.get(node, 0)} for node in nodes}
+    caught, others = {}, []
+    ledger = None
+    if not resume:
+        earlier = read_earlier(context, backend, run_ids, run_id, policy)
+        ledger = _create(context, backend, run_id, inventory, infos, policy, scheduler, earlier)
+        resume = ledger is None
     if resume:
-        ledger, policy, caught = _resume(context, backend, run_id, inventory, infos, policy)
+        ledger, policy, caught, others = _resume(context, backend, run_id, inventory, infos, policy, spec, me)
         earlier = read_earlier(context, backend, run_ids, run_id, policy)
-    else:
-        # One record per run: the pin, the previous pin, the policy, the mode, the order and the circuit breaker's memory
-        # of earlier runs, all in the ledger's first event.
-        caught = {}
-        earlier = read_earlier(context, backend, run_ids, run_id, policy)
-        order = _rollout.plan_order(infos, {node: info['domain'] for node, info in infos.items()}, scheduler, earlier.states)
-        ledger = _ledger.RunLedger.create(backend, run_id, inventory=inventory, policy=policy.to_dict(), pin=args['pin'], nodes=infos,
-                                          mode=args['mode'], kind=args['kind'] or None,
-                                          previous_pin=_rollout.previous_pin(earlier.states, inventory), order=order,
-                                          breaker_history=earlier.breaker)
     if args['mode'] == 'batch':
         _hold_batch(context, ledger, ledger.state, policy, earlier.breaker)
-    return ledger, policy, scheduler, earlier, caught
+    return Opened(ledger, policy, scheduler, earlier, caught, resume, others)
 
 
 def start(context):
@@ -184,15 +228,23 @@ def start(context):
     run_id, resume = _rollout.choose_run(args['run_id'], run_ids, None if args['run_id'] else _ledger.last_unfinished(backend, inventory))
     run_id = run_id or _ledger.new_run_id(context.clock.utcnow())
     holder = _ledger.holder_identity(run_id, pid=context.clock.parent())
-    stale = backend.acquire(fleet, holder)
+    stale_seconds = _ledger.member_stale_seconds(spec)
+    stale = backend.acquire(fleet, holder, alive=lambda current: _ledger.run_alive(backend, current['run_id'], stale_seconds, holder['host']))
     if stale:
-        context.warn('took over the fleet lock of run %s (host %s, pid %s is gone)' % (stale.get('run_id'), stale.get('host'), stale.get('pid')))
+        context.warn('took over the fleet lock of run %s (host %s, pid %s is gone, no live controller)'
+                     % (stale.get('run_id'), stale.get('host'), stale.get('pid')))
+    job = context.var('awx_job_id')
+    me = _members.member_id(holder['host'], holder['pid'], job=job)
     try:
-        backend.hold(fleet, holder)
-        ledger, policy, scheduler, earlier, caught = _open_run(context, backend, run_ids, run_id, resume, inventory, nodes, policy, domains)
+        opened = _open_run(context, backend, run_ids, run_id, resume, inventory, nodes, policy, domains, spec, me)
+        ledger, policy, scheduler, earlier = opened.ledger, opened.policy, opened.scheduler, opened.earlier
+        caught, resume = opened.caught, opened.resume
+        ledger.join(me, _members.record(holder, context.clock.time(), hosts=len(nodes), job=job))
+        context.keep(spec, run_id, fleet, holder, me)
         state = ledger.state
     except BaseException:
-        backend.release(fleet, run_id)
+        if not opened_by_others(context, backend, run_id, spec, me):
+            backend.release(fleet, run_id)
         raise
     all_nodes = list(state['nodes'])
     ordered = _rollout.plan_order(all_nodes, {name: record.get('domain') for name, record in state['nodes'].items()}, scheduler, earlier.states)
@@ -204,19 +256,34 @@ def start(context):
         hosts = [name for name in nodes + [name for name in all_nodes if name not in nodes] if state['nodes'][name]['state'] not in _gate.FINAL]
     else:
         hosts = [name for name in ordered if name in confirm] + [name for name in ordered if state['nodes'][name]['state'] not in _gate.FINAL]
+    # This controller runs the nodes of its own inventory (an AWX slice knows only its own; a --limit shard's play runs its
+    # limit of them): the run's other nodes are the other controllers'.
+    mine = set(nodes)
+    hosts = [name for name in hosts if name in mine]
+    others = opened.others
     breaker = earlier.breaker
     window = policy.window_size(len(all_nodes))
     forks = context.var('ansible_forks')
     if args['mode'] == 'window' and isinstance(forks, int) and forks < window + 1:
         context.warn('forks is %d: host_pinned runs at most that many hosts; the window is %d, set forks to at least %d' % (forks, window, window + 1))
+    how = ('joined (with %s)' % ', '.join(others)) if others else ('resumed' if resume else 'started')
     context.result.update(
         changed=not resume, run_id=run_id, resumed=resume, fleet=fleet, order=ordered, hosts=hosts, confirm=confirm, breaker=breaker,
-        window=window, ledger_dir=backend.path(run_id), caught=caught, mode=args['mode'],
-        msg='%s %s-mode run %s: %d node(s), %d to go, %d done to confirm, %s; %d quarantine(s) of earlier runs count for the circuit '
-            'breaker' % ('resumed' if resume else 'started', args['mode'], run_id, len(all_nodes), len(hosts) - len(confirm), len(confirm),
-                         'window %d' % window if args['mode'] == 'window' else 'in batches (serial)', len(breaker['quarantines'])))
+        window=window, ledger_dir=backend.path(run_id), caught=caught, mode=args['mode'], member=me, members=others,
+        msg='%s %s-mode run %s as controller %s: %d node(s), %d of them here to go, %d done to confirm, %s; %d quarantine(s) of earlier '
+            'runs count for the circuit breaker' % (how, args['mode'], run_id, me, len(all_nodes), len(hosts) - len(confirm), len(confirm),
+                                                    'window %d' % window if args['mode'] == 'window' else 'in batches (serial)',
+                                                    len(breaker['quarantines'])))
     context.result['ansible_facts'] = {'gpufleet_rollout': {
         'run_id': run_id, 'run_dir': backend.run_dir, 'fleet': fleet, 'ledger': dict(spec, run_id=run_id), 'order': ordered, 'hosts': hosts,
         'resumed': resume, 'window': window, 'results_dir': args['results_dir'] or os.path.join(backend.path(run_id), 'results'),
         'policy': policy.to_dict(), 'confirm': confirm, 'breaker': breaker, 'pin': state.get('pin') or {}, 'mode': args['mode'],
-        'caught': caught}}
+        'caught': caught, 'member': me}}
+
+
+def opened_by_others(context, backend, run_id, spec, me):
+    """Whether run ``run_id`` has a live controller other than ``me`` (then a failed join leaves its fleet lock alone)."""
+    try:
+        return bool(backend.exists(run_id) and live_others(context, _ledger.RunLedger(backend, run_id), spec, me))
+    except (_ledger.LedgerError, OSError, ValueError):
+        return False

@@ -9,7 +9,8 @@ step writes its answer and its warnings) and the I/O, injected so that a unit te
 
 * ``open_backend``: the ledger's backend from its specification (:func:`._ledger.open_backend`);
 * ``read_scheduler``: the scheduler's answer now (:func:`read_scheduler`: ``scontrol``/``squeue``, the Kubernetes API,
-  or each node's ``gpufleet_gpus``);
+  or each node's ``gpufleet_gpus``), and ``read_answer``, what it reads before it is understood (:func:`read_answer`);
+  at the gate the workers of one controller share one read per poll interval (:func:`read_shared`, :mod:`._shared_view`);
 * ``send``: the escalation hook (:func:`send_escalation`: a command or a URL);
 * ``clock``: the wall clock, sleeping at the gate and the controller's process (:class:`Clock`).
 
@@ -30,8 +31,11 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _shared_view
 
 COMMAND_TIMEOUT = 60
+# The schedulers read on the controller (their answers shared at the gate); the others are static views of host variables.
+SHARED_SCHEDULERS = ('slurm', 'kubernetes', 'runai')
 
 
 class GateError(Exception):
@@ -78,17 +82,16 @@ def run_command(argv, environment):
     return process.stdout
 
 
-def read_scheduler(context, nodes, jobs=False):
-    """The scheduler's answer now (:class:`._rollout.Fleet`), read on the controller: Slurm (``scontrol``, and with ``jobs``
-    ``squeue``), Kubernetes or Run:ai (the API), else each of ``nodes``' ``gpufleet_gpus`` host variable."""
+def read_answer(context, jobs=False):
+    """The scheduler's answer now as read, before it is understood (JSON, kept by the shared view): Slurm ``{'scontrol':
+    text, 'squeue': text or None}`` (``squeue`` with ``jobs``), Kubernetes or Run:ai ``{'nodes': the node list}``."""
     args = context.args
     scheduler = args['scheduler']
     if scheduler == 'slurm':
         environment = command_environment(args['slurm_environment'])
-        fleet = _rollout.slurm_view(run_command(['scontrol', 'show', 'node', '-o'], environment))
-        if jobs:
-            fleet.jobs = _rollout.slurm_jobs(run_command(['squeue', '--noheader', '--states=RUNNING', '--format=%i|%N|%e|%k'], environment))
-        return fleet
+        nodes = run_command(['scontrol', 'show', 'node', '-o'], environment)
+        squeue = run_command(['squeue', '--noheader', '--states=RUNNING', '--format=%i|%N|%e|%k'], environment) if jobs else None
+        return {'scontrol': nodes, 'squeue': squeue}
     if scheduler in ('kubernetes', 'runai'):
         try:
             from kubernetes import client as kube_client  # pylint: disable=import-outside-toplevel
@@ -98,10 +101,79 @@ def read_scheduler(context, nodes, jobs=False):
         try:
             api = kube_config.new_client_from_config(config_file=args['kubeconfig'] or None)
             listing = kube_client.CoreV1Api(api).list_node()
-            return _rollout.kube_view(api.sanitize_for_serialization(listing))
+            return {'nodes': api.sanitize_for_serialization(listing)}
         except Exception as exc:  # pylint: disable=broad-except
             raise GateError('reading the Kubernetes nodes: %s' % to_native(exc)) from None
-    return _rollout.static_view({node: context.hostvar(node, 'gpufleet_gpus') for node in nodes})
+    raise GateError('scheduler %r has no answer to read' % scheduler)
+
+
+def fleet_of(scheduler, raw):
+    """:class:`._rollout.Fleet` from :func:`read_answer`'s answer (the one place it is understood)."""
+    if not isinstance(raw, dict):
+        raise GateError('the %s answer is unreadable' % scheduler)
+    if scheduler == 'slurm':
+        fleet = _rollout.slurm_view(raw.get('scontrol') or '')
+        if raw.get('squeue') is not None:
+            fleet.jobs = _rollout.slurm_jobs(raw['squeue'])
+        return fleet
+    return _rollout.kube_view(raw.get('nodes'))
+
+
+def read_scheduler(context, nodes, jobs=False):
+    """The scheduler's answer now (:class:`._rollout.Fleet`), read on the controller: Slurm (``scontrol``, and with ``jobs``
+    ``squeue``), Kubernetes or Run:ai (the API), else each of ``nodes``' ``gpufleet_gpus`` host variable."""
+    scheduler = context.args['scheduler']
+    if scheduler not in SHARED_SCHEDULERS:
+        return _rollout.static_view({node: context.hostvar(node, 'gpufleet_gpus') for node in nodes})
+    _shared_view.count(view_kind(scheduler, jobs), context.clock.parent(), False, context.clock.time())
+    return fleet_of(scheduler, context.read_answer(context, jobs))
+
+
+def view_kind(scheduler, jobs):
+    """The word for what is read (the key's and the statistics' ``kind``): ``slurm``, ``slurm+jobs``, ``kubernetes``."""
+    return scheduler + ('+jobs' if jobs and scheduler == 'slurm' else '')
+
+
+def shared_ttl(args):
+    """How long a scheduler answer is shared (seconds) by this controller's workers: at the gate (step ``admit``) the poll
+    interval (as the gate waits it, at least 0.2); None (each read its own) for another step, no poll or a static view."""
+    poll = args.get('poll')
+    if args.get('step') != 'admit' or args.get('scheduler') not in SHARED_SCHEDULERS or not poll or poll <= 0:
+        return None
+    return max(0.2, float(poll))
+
+
+def shared_key(args, pid, jobs=False):
+    """The shared view's key of this controller's scheduler reads: ansible-playbook's ``pid`` and its start time, the
+    scheduler, its arguments (``slurm_environment``, ``kubeconfig``) and ``jobs``. Two controllers never share."""
+    scheduler = args['scheduler']
+    what = {'scheduler': scheduler, 'slurm_environment': args.get('slurm_environment') or {}, 'kubeconfig': args.get('kubeconfig') or '',
+            'jobs': bool(jobs)}
+    return _shared_view.view_key(pid, _ledger.process_start(pid), view_kind(scheduler, jobs), what)
+
+
+def read_shared(context, nodes, jobs=False, folder=None):
+    """The scheduler's answer through the shared view (:func:`._shared_view.fetch`): one read per :func:`shared_ttl` for
+    every worker of this controller; :func:`fleet_of` rebuilds the fleet from the read each time. An answer that cannot be
+    understood is not kept (the reader checks it). Without a TTL, or when the view cannot be used, a read of its own."""
+    ttl = shared_ttl(context.args)
+    if ttl is None:
+        return read_scheduler(context, nodes, jobs)
+    scheduler = context.args['scheduler']
+
+    def reader():
+        raw = context.read_answer(context, jobs)
+        fleet_of(scheduler, raw)
+        return raw
+
+    try:
+        raw = _shared_view.fetch(shared_key(context.args, context.clock.parent(), jobs), ttl, reader, folder=folder, clock=context.clock.time)
+    except _shared_view.ViewError as exc:
+        message = 'the shared scheduler view is not used (%s); each worker reads the scheduler' % to_native(exc)
+        if message not in context.result.get('warnings', []):
+            context.warn(message)
+        return read_scheduler(context, nodes, jobs)
+    return fleet_of(scheduler, raw)
 
 
 def send_escalation(escalation, payload):
@@ -120,7 +192,8 @@ class RunContext:
     """One step's arguments (``args``, checked against the action's argument spec), the task's variables, its result and
     the injected I/O (see the module docstring)."""
 
-    def __init__(self, args, task_vars, result=None, template=None, clock=None, open_backend=None, scheduler=None, send=None):
+    def __init__(self, args, task_vars, result=None, template=None, clock=None, open_backend=None, scheduler=None, send=None,
+                 answer=None, shared=None, shared_folder=None, keep=None):
         self.args = args
         self.task_vars = task_vars or {}
         self.result = {} if result is None else result
@@ -128,7 +201,13 @@ class RunContext:
         self.clock = clock or Clock()
         self.open_backend = open_backend or _ledger.open_backend
         self.read_scheduler = scheduler or read_scheduler
+        self.read_answer = answer or read_answer
+        # The shared view at the gate: on unless a scheduler reader is injected (a unit test's fake is called as it is).
+        self.shared = scheduler is None if shared is None else bool(shared)
+        self.shared_folder = shared_folder
         self.send = send or send_escalation
+        # The member's keeper (its heartbeat in the ledger and the fleet Lease's renewal), started by the start step.
+        self.keep = keep or _ledger.keep
 
     @property
     def host(self):
@@ -195,6 +274,10 @@ class RunContext:
 
     # -- the scheduler
     def read_fleet(self, nodes, jobs=False):
+        """The scheduler's answer (:class:`._rollout.Fleet`): at the gate (a poll, :func:`shared_ttl`) through the shared view,
+        one read per poll interval for every worker of this controller (:func:`read_shared`); else read now."""
+        if self.shared and shared_ttl(self.args) is not None:
+            return read_shared(self, nodes, jobs, folder=self.shared_folder)
         return self.read_scheduler(self, nodes, jobs)
 
     def fleet_or_empty(self, nodes, jobs=False):

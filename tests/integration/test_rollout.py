@@ -128,7 +128,7 @@ def run_a(fleet, tmp_path_factory):
     folder = str(tmp_path_factory.mktemp('run-a'))
     run_dir = os.path.join(folder, 'runs')
     process = rollout(fleet, run_dir, rack_inventory(fleet, folder), gpufleet_window=2, gpufleet_canary=1,
-                      gpufleet_domain_var='rack', gpufleet_domain_max=1)
+                      gpufleet_domain_var='rack', gpufleet_domain_max=1, gpufleet_max_fail_percentage=50)
     assert process.returncode == 0, failures(process)
     return ledger(run_dir)
 
@@ -373,7 +373,7 @@ def quarantine_cleanup(fleet, nodes):
 
 
 def test_the_failure_budget_pauses_and_in_flight_nodes_finish(fleet, tmp_path):
-    """gpu-01 fails its validation while a second node is in flight, held by a job until the test sees gpu-01 final: the third
+    """With gpufleet_budget_window off (a second node may fly while the budget of 0 can absorb nothing): gpu-01 fails its validation while a second node is in flight, held by a job until the test sees gpu-01 final: the third
     is never admitted, the second finishes done, the run ends failed with a paused summary naming the budget."""
     environment = fleet.vars['gpufleet_slurm_environment']
     run_dir = str(tmp_path / 'runs')
@@ -381,7 +381,8 @@ def test_the_failure_budget_pauses_and_in_flight_nodes_finish(fleet, tmp_path):
     # Jobs order gpu-02 and gpu-03 after the idle gpu-01; the job of the one admitted holds it in its drain.
     jobs = {node: slurm_sim.submit_job(environment, node, 300) for node in ('gpu-02', 'gpu-03')}
     values = dict(SIM_VARS, gpufleet_run_dir=run_dir, gpufleet_hosts='gpu-01,gpu-02,gpu-03', gpufleet_window=2, gpufleet_canary=0,
-                  gpufleet_max_fail_percentage=0, gpufleet_drain_timeout=240)
+                  gpufleet_max_fail_percentage=0, gpufleet_drain_timeout=240,
+                  gpufleet_budget_window=False)   # the budget as it was before gpufleet_budget_window: checked at admission only
     try:
         for node in jobs:
             slurm_sim.wait_for(environment, node, lambda state: 'ALLOCATED' in state or 'MIXED' in state, timeout=30)

@@ -166,7 +166,9 @@ def test_budget_pauses():
     decision = decide(pol=policy(gpufleet_max_fail_percentage=10), roll=roll)
     assert (decision.action, decision.rule) == ('pause', 'budget')
     assert '1 of 6' in decision.reason
-    assert decide(pol=policy(gpufleet_max_fail_percentage=20), roll=roll).action == 'admit'   # 16.7 % is not over 20
+    # 16.7 % is not over 20: no pause, but the budget (1 of 6) is spent and n2 is in flight: only one node may fly
+    assert (decide(pol=policy(gpufleet_max_fail_percentage=20), roll=roll).rule) == 'budget_window'
+    assert decide(pol=policy(gpufleet_max_fail_percentage=20, gpufleet_budget_window=False), roll=roll).action == 'admit'
 
 
 def test_budget_pause_lets_in_flight_nodes_finish():
@@ -419,3 +421,57 @@ def test_arrived_adds_the_node_once():
 
 def test_arrived_ignores_names_that_are_not_text():
     assert _gate.arrived([3, None, 'n1'], 'n4') == ({'n1', 'n4'}, True)
+
+
+# -- the failure budget while nodes are in flight (gpufleet_budget_window)
+
+def test_the_window_never_exceeds_what_the_budget_absorbs():
+    # The case: 20 % of 6 nodes (1 failure allowed), window 3: at most 2 in flight before any failure.
+    pol = policy(gpufleet_window=3, gpufleet_max_fail_percentage=20)
+    assert decide(pol=pol, roll=rollout(n1={'state': 'converging'})).action == 'admit'
+    held = decide(pol=pol, roll=rollout(n1={'state': 'converging'}, n2={'state': 'rebooting'}))
+    assert (held.action, held.rule) == ('wait', 'budget_window')
+    assert 'absorb 1 more failure' in held.reason and 'at most 2 node(s) in flight' in held.reason
+    # One failed: the budget absorbs none more, one node at a time.
+    spent = rollout(n1={'state': 'quarantined', 'finished': T - 5}, n2={'state': 'rebooting'})
+    assert decide(pol=pol, roll=spent).rule == 'budget_window'
+    assert decide(pol=pol, roll=rollout(n1={'state': 'quarantined', 'finished': T - 5})).action == 'admit'
+    # Off: the plain window.
+    assert decide(pol=policy(gpufleet_window=3, gpufleet_max_fail_percentage=20, gpufleet_budget_window=False),
+                  roll=spent).action == 'admit'
+    # No budget: no cap.
+    assert decide(pol=policy(gpufleet_window=3), roll=spent).action == 'admit'
+
+
+def test_a_zero_budget_flies_one_node_at_a_time():
+    pol = policy(gpufleet_window=4, gpufleet_max_fail_percentage=0)
+    assert decide(pol=pol, roll=rollout()).action == 'admit'
+    assert decide(pol=pol, roll=rollout(n1={'state': 'drained'})).rule == 'budget_window'
+
+
+def test_a_paused_run_names_every_rule_that_holds():
+    roll = Rollout(nodes=rollout(n1={'state': 'quarantined', 'finished': T - 5, 'canary': True},
+                                 n2={'state': 'quarantined', 'finished': T - 4},
+                                 n3={'state': 'quarantined', 'finished': T - 3}).nodes, paused='change freeze')
+    decision = decide(pol=policy(gpufleet_max_fail_percentage=20), roll=roll)
+    assert decision.action == 'pause' and decision.rule == 'operator'
+    assert decision.rules == ('operator', 'circuit_breaker', 'canary_failed', 'budget')
+    assert 'change freeze' in decision.reason and 'circuit breaker open' in decision.reason and 'failure budget exceeded' in decision.reason
+    assert decision.to_dict()['rules'] == ['operator', 'circuit_breaker', 'canary_failed', 'budget']
+    single = decide(pol=policy(gpufleet_max_fail_percentage=None, gpufleet_circuit_breaker_threshold=None),
+                    roll=Rollout(nodes=rollout().nodes, paused='freeze'))
+    assert single.rules == ('operator',) and single.reason == 'paused by an operator: freeze'
+
+
+# -- several controllers (members of one run)
+
+def test_a_node_in_flight_on_a_live_member_waits_and_a_dead_members_node_is_resumed():
+    nodes = rollout(n6={'state': 'rebooting', 'member': 'ctl-a'}).nodes
+    waiting = admit(policy(), Rollout(nodes=nodes, live=frozenset({'ctl-a', 'ctl-b'})), SCHEDULER, 'n6', NOW, member='ctl-b')
+    assert (waiting.action, waiting.rule) == ('wait', 'member') and 'ctl-a' in waiting.reason
+    own = admit(policy(), Rollout(nodes=nodes, live=frozenset({'ctl-a'})), SCHEDULER, 'n6', NOW, member='ctl-a')
+    assert (own.action, own.rule) == ('admit', 'resume')
+    dead = admit(policy(), Rollout(nodes=nodes, live=frozenset({'ctl-b'})), SCHEDULER, 'n6', NOW, member='ctl-b')
+    assert (dead.action, dead.rule) == ('admit', 'resume')
+    unknown = admit(policy(), Rollout(nodes=nodes), SCHEDULER, 'n6', NOW, member='ctl-b')
+    assert unknown.rule == 'resume'

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger, _ledger_kube
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger, _ledger_kube, _members
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._ledger import FileBackend, LedgerError, LockHeld, RunLedger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
@@ -411,42 +411,50 @@ def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(kube):
     assert backend.acquire('fleet-a', _ledger.holder_identity('run-b'))['run_id'] == 'run-a'
 
 
-def test_renew_loop_renews_while_the_holder_lives_and_stops_when_released(kube):
+def heartbeat(backend, run_id, member):
+    return RunLedger(backend, run_id).members()[member]['heartbeat']
+
+
+def test_keep_loop_renews_the_lease_and_the_heartbeat_until_the_member_leaves(kube):
     backend, store = kube
+    ledger = RunLedger.create(backend, 'run-a', inventory='inv', policy={}, nodes={'n1': {'gpus': 8}})
     holder = _ledger.holder_identity('run-a')
     backend.acquire('fleet-a', holder)
+    ledger.join('ctl-1', _members.record(holder, 0.0))
     renewed = []
 
     def sleep(_seconds):
-        renewed.append(lease(store, backend)['spec']['renewTime'])
+        renewed.append((lease(store, backend)['spec']['renewTime'], heartbeat(backend, 'run-a', 'ctl-1')))
         if len(renewed) == 2:
-            backend.release('fleet-a', 'run-a')
-    assert _ledger_kube.renew_loop(backend.spec(), 'fleet-a', holder, sleep=sleep) == 'released'
-    assert len(renewed) == 2 and renewed[0] < renewed[1]
+            ledger.leave('ctl-1')
+    assert _ledger.keep_loop(backend.spec(), 'run-a', 'fleet-a', holder, 'ctl-1', interval=1, sleep=sleep) == 'left'
+    assert len(renewed) == 2 and renewed[0][0] < renewed[1][0] and 0 < renewed[0][1] <= renewed[1][1]
     gone = subprocess.Popen([sys.executable, '-c', 'pass'])
     gone.wait()
-    assert _ledger_kube.renew_loop(backend.spec(), 'fleet-a', dict(holder, pid=gone.pid), sleep=sleep) == 'holder gone'
+    assert _ledger.keep_loop(backend.spec(), 'run-a', 'fleet-a', dict(holder, pid=gone.pid), 'ctl-1', sleep=sleep) == 'holder gone'
 
 
-def test_hold_starts_a_process_that_renews_until_the_holder_is_gone(kube):
+def test_keep_starts_a_process_that_renews_until_the_holder_is_gone(kube):
     backend, store = kube
     backend.lease_seconds = 3
     sleeper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
     try:
         holder = _ledger.holder_identity('run-a', pid=sleeper.pid)
+        ledger = RunLedger.create(backend, 'run-a', inventory='inv', policy={}, nodes={'n1': {'gpus': 8}})
         backend.acquire('fleet-a', holder)
+        ledger.join('ctl-1', _members.record(holder, 0.0))
         first = lease(store, backend)['spec']['renewTime']
-        renewer = backend.hold('fleet-a', holder)
+        keeper = _ledger.keep(backend.spec(), 'run-a', 'fleet-a', holder, 'ctl-1')
         deadline = time.time() + 10
-        while time.time() < deadline and lease(store, backend)['spec']['renewTime'] == first:
+        while time.time() < deadline and (lease(store, backend)['spec']['renewTime'] == first or heartbeat(backend, 'run-a', 'ctl-1') == 0.0):
             time.sleep(0.2)
-        assert lease(store, backend)['spec']['renewTime'] > first
+        assert lease(store, backend)['spec']['renewTime'] > first and heartbeat(backend, 'run-a', 'ctl-1') > 0
     finally:
         sleeper.kill()
         sleeper.wait()
-    # The holder is gone: the renewer ends (within a renewal interval) and the lease is left to go stale.
+    # The holder is gone: the keeper ends (within a second or two) and the lease and the heartbeat are left to go stale.
     deadline = time.time() + 10
-    while time.time() < deadline and os.waitpid(renewer, os.WNOHANG) == (0, 0):
+    while time.time() < deadline and os.waitpid(keeper, os.WNOHANG) == (0, 0):
         time.sleep(0.2)
     assert time.time() < deadline
     assert lease(store, backend)['spec']['holderIdentity'] == 'run-a'

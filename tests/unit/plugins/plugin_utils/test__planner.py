@@ -16,7 +16,7 @@ SCHEDULER = SchedulerView(total_gpus=64)
 
 
 def policy(**overrides):
-    values = {'gpufleet_window': 2, 'gpufleet_canary': 0}
+    values = {'gpufleet_window': 2, 'gpufleet_canary': 0, 'gpufleet_max_fail_percentage': None}
     values.update(overrides)
     return load_policy(values)
 
@@ -137,3 +137,12 @@ def test_idle_nodes_go_longest_first_when_timed_so_the_window_does_not_end_on_a_
     ordered = _planner.order(nodes, durations={'n2': 10.0, 'n4': 50.0, 'n1': 20.0})
     # Timed longest first, then the untimed by name.
     assert [item[0].name for item in ordered] == ['n4', 'n1', 'n2', 'n3']
+
+
+def test_the_plan_shrinks_the_window_to_what_the_failure_budget_absorbs():
+    nodes = [PlanNode('n%d' % index, gpus=8) for index in range(10)]
+    capped = plan(policy(gpufleet_window=5, gpufleet_max_fail_percentage=20), nodes, SchedulerView(total_gpus=80), NOW)
+    assert capped['window'] == 3        # 20 % of 10 nodes: 2 failures absorbed, a third shows the budget is spent
+    assert plan(policy(gpufleet_window=5, gpufleet_max_fail_percentage=0), nodes, SchedulerView(total_gpus=80), NOW)['window'] == 1
+    off = plan(policy(gpufleet_window=5, gpufleet_max_fail_percentage=0, gpufleet_budget_window=False), nodes, SchedulerView(total_gpus=80), NOW)
+    assert off['window'] == 5

@@ -262,7 +262,7 @@ def test_open_backend_refuses(spec, field):
 
 
 def test_plan_lines():
-    policy = load_policy({'gpufleet_window': 2, 'gpufleet_canary': 1})
+    policy = load_policy({'gpufleet_window': 2, 'gpufleet_canary': 1, 'gpufleet_max_fail_percentage': 50})
     nodes = [_rollout._planner.PlanNode(name=name, gpus=8) for name in ('n1', 'n2', 'n3')]
     plan = _rollout._planner.plan(policy, nodes, _gate.SchedulerView(total_gpus=24, unavailable={'n3': 8}), NOW)
     lines = _rollout.plan_lines(plan)

@@ -60,6 +60,10 @@ class CountingBackend(_ledger.FileBackend):
         return super().read_snapshot(run_id)
 
 
+# The keepers the start steps asked for (spec, run_id, fleet, holder, member): none is started in a unit test.
+KEPT = []
+
+
 class Clock(_run_context.Clock):
     """A clock that moves only when the gate sleeps."""
 
@@ -93,7 +97,8 @@ def make_context(backend, host='localhost', clock=None, task_vars=None, **given)
     variables = {'inventory_hostname': host, 'ansible_inventory_sources': ['inv'], 'ansible_forks': 5,
                  'hostvars': {name: {'gpufleet_gpus': 8} for name in NODES}}
     variables.update(task_vars or {})
-    return _run_context.RunContext(args, variables, {}, clock=clock or Clock(), open_backend=lambda spec: backend, scheduler=scheduler)
+    return _run_context.RunContext(args, variables, {}, clock=clock or Clock(), open_backend=lambda spec: backend, scheduler=scheduler,
+                                   keep=lambda *arguments: KEPT.append(arguments))
 
 
 def earlier_run(backend, run_id, walks, status=None, pin=None):
