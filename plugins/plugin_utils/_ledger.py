@@ -771,6 +771,7 @@ class FileBackend(Backend):
                     # The same run: another controller joins it (the lock belongs to the run); the holder is kept while it lives.
                     if holder_alive(current, holder['host']):
                         return None
+                    stale = current
                 elif not lock_stale(current, holder['host'], alive):
                     raise LockHeld(fleet, current, path)
                 else:

@@ -670,8 +670,10 @@ class KubernetesBackend(_ledger.Backend):
                 spec = dict(lease.get('spec') or {})
                 stale = None
                 same = current is not None and current.get('run_id') == holder['run_id']
-                if same and _ledger.holder_alive(current, holder['host']):
-                    return None     # the same run: another controller joins it (the Lease belongs to the run)
+                if same:
+                    if _ledger.holder_alive(current, holder['host']):
+                        return None     # the same run: another controller joins it (the Lease belongs to the run)
+                    stale = current     # the same run resumed after its holder died: taken over
                 if current is not None and not same:
                     expired = (parse_time(spec.get('renewTime')) or 0) + (spec.get('leaseDurationSeconds') or 0) < now.timestamp()
                     if not (expired or _ledger.lock_stale(current, holder['host'], alive)):

@@ -203,7 +203,7 @@ def plan(policy, nodes, scheduler, now, estimates=None, converge=True):
     ordered = order(nodes, unavailable)
     candidates = [item for item in ordered if item[1] != 3]
     size = policy.window_size(len(candidates)) if candidates else 0
-    cap = policy.budget_cap(len(candidates), 0) if candidates else None
+    cap = policy.budget_cap(len(nodes), 0) if candidates else None
     if cap is not None:
         size = min(size, cap)       # the window the failure budget can absorb, no failure assumed (gpufleet_budget_window)
     windows = policy.maintenance_window

@@ -77,7 +77,7 @@ def _fleet_or_stop(context, ledger, node):
     why = 'the scheduler (%s) did not answer %d tries over %ds: %s' % (args['scheduler'], tries, round(clock.time() - started), error)
     with ledger.locked() as state:
         if state['status'] == 'running':
-            ledger.set_status('paused', why, details={'rule': 'scheduler', 'by': 'gate'})
+            ledger.set_status('paused', why, details={'rule': 'scheduler', 'rules': ['scheduler'], 'by': 'gate'})
     context.warn('%s: %s; the run is paused and %s stays pending' % (node, why, node))
     return None, why
 
@@ -147,6 +147,11 @@ def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
                 rollout = _rollout.rollout_view(ledger.gate_view(node, extra=scheduler_out | candidates), context.breaker(state))
             decision = _gate.in_line(policy, rollout, scheduler, node, args['order'], candidates, now, decision)
         if decision.action == _gate.ADMIT:
+            pause = state.get('pause') or {}
+            if decision.rule != 'resume' and state['status'] == 'paused' and pause.get('by') == 'gate' and pause.get('rule') != 'scheduler':
+                # The gate paused the run, and no pause rule holds any more (an operator retried or released the failed nodes):
+                # the run is running again, whichever controller sees it first.
+                ledger.set_status('running', 'no pause rule holds any more (was: %s)' % (pause.get('rule') or 'paused'))
             details = {'canary': True} if decision.canary else {}
             caught = ledger.node(node)['state'] if decision.rule == 'resume' else ''
             if me:
@@ -241,7 +246,7 @@ class SharedGate:
 
     def __init__(self, context, ledger, poll):
         self.context, self.ledger, self.poll = context, ledger, poll
-        pid = context.clock.parent()
+        pid = self.parent = context.clock.parent()
         start = _ledger.process_start(pid)
         what = {'run_id': ledger.run_id, 'ledger': {key: value for key, value in (context.args['ledger'] or {}).items() if key != 'results_dir'}}
         self.room = _shared_view.view_key(pid, start, 'gate-waiting', what)
@@ -267,6 +272,8 @@ class SharedGate:
     def verdict(self, node, policy, domains):
         """This node's verdict from the controller's last look (one look per poll for every worker), or None."""
         def reader():
+            if self.context.clock.parent() != self.parent:
+                raise GateError('ansible-playbook (pid %d) is gone; no look at the gate for its nodes' % self.parent)
             room = _shared_view.update(self.room, lambda room: room, folder=self.folder)
             waiting = {name: entry[1] for name, entry in room.items() if isinstance(entry, list) and len(entry) == 2}
             return look(self.context, self.ledger, policy, domains, waiting, self.poll) if waiting else {}
@@ -292,6 +299,12 @@ def admit(context):
     domains = {name: context.hostvar(name, policy.domain_var) for name in hostvars} if policy.domain_var else {}
     shared = SharedGate(context, ledger, poll) if getattr(context, 'shared', False) else None
     caught = ''
+    try:
+        if shared is not None:
+            shared.enter(node, started)
+    except _shared_view.ViewError as exc:
+        context.warn('the gate\'s shared waiting room is not used (%s); %s looks at the gate for itself' % (to_native(exc), node))
+        shared = None
     while True:
         if clock.parent() != parent:
             # ansible-playbook is gone (killed): an orphaned worker must not admit anyone.

@@ -124,8 +124,7 @@ def _resume(context, backend, run_id, inventory, infos, policy, spec, me):
     state = ledger.state
     others = live_others(context, ledger, spec, me)
     if others and args['mode'] == 'batch':
-        raise GateError('run %s is running on controller(s) %s: several controllers share a run in window mode only (set '
-                        'gpufleet_window; batch mode has no gate to hold one budget)' % (run_id, ', '.join(others)))
+        raise GateError(batch_refusal(run_id, others))
     # The run's pin and mode are the ones it recorded: another one refuses the resume before anything is written.
     _rollout.resume_pin(run_id, state.get('pin'), args['pin'], args['pin_source'])
     refusal = _rollout.resume_refusal(run_id, state, args['kind'], args['mode'])
@@ -149,13 +148,18 @@ def _resume(context, backend, run_id, inventory, infos, policy, spec, me):
     return ledger, _policy.load_policy(state['policy']), caught, others
 
 
+def batch_refusal(run_id, others):
+    return ('run %s is running on controller(s) %s: several controllers share a run in window mode only (set gpufleet_window; batch '
+            'mode has no gate to hold one budget)' % (run_id, ', '.join(others)))
+
+
 def _hold_batch(context, ledger, state, policy, breaker):
     """Batch mode: no gate stands before a batch, so the run-level rules are checked here, before any node of the first batch
     is touched (an operator's pause, a tripped circuit breaker, a pin suspect, a spent budget)."""
     held = _gate.pause_decision(policy, _rollout.rollout_view(_ledger.node_view(state), breaker), context.clock.utcnow())
     if held is not None:
         if state['status'] != 'paused':
-            ledger.set_status('paused', held.reason, details={'rule': held.rule, 'by': 'gate'})
+            ledger.set_status('paused', held.reason, details={'rule': held.rule, 'rules': list(held.rules or (held.rule,)), 'by': 'gate'})
         raise GateError('rollout paused (%s): %s; no batch starts' % (held.rule, held.reason))
 
 
@@ -229,7 +233,17 @@ def start(context):
     run_id = run_id or _ledger.new_run_id(context.clock.utcnow())
     holder = _ledger.holder_identity(run_id, pid=context.clock.parent())
     stale_seconds = _ledger.member_stale_seconds(spec)
-    stale = backend.acquire(fleet, holder, alive=lambda current: _ledger.run_alive(backend, current['run_id'], stale_seconds, holder['host']))
+
+    def alive(current):
+        return _ledger.run_alive(backend, current['run_id'], stale_seconds, holder['host'])
+    if resume and not args['run_id']:
+        # The last unfinished run, found by itself, is resumed, never joined: only a run id given joins a run that another
+        # controller runs now (a second ansible-playbook started by mistake is refused, as before).
+        current = backend.holder(fleet)
+        if current and current.get('run_id') == run_id and not _ledger.lock_stale(current, holder['host'], alive):
+            raise _ledger.LockHeld(fleet, current, '%s; to run it from several controllers start each with -e gpufleet_run_id=%s'
+                                   % (backend.location(), run_id))
+    stale = backend.acquire(fleet, holder, alive=alive)
     if stale:
         context.warn('took over the fleet lock of run %s (host %s, pid %s is gone, no live controller)'
                      % (stale.get('run_id'), stale.get('host'), stale.get('pid')))
@@ -240,6 +254,10 @@ def start(context):
         ledger, policy, scheduler, earlier = opened.ledger, opened.policy, opened.scheduler, opened.earlier
         caught, resume = opened.caught, opened.resume
         ledger.join(me, _members.record(holder, context.clock.time(), hosts=len(nodes), job=job))
+        if args['mode'] == 'batch' and live_others(context, ledger, spec, me):
+            # Two batch-mode controllers that started at once both see the other once joined: both leave, fail closed.
+            ledger.leave(me, context.clock.time())
+            raise GateError(batch_refusal(run_id, live_others(context, ledger, spec, me)))
         context.keep(spec, run_id, fleet, holder, me)
         state = ledger.state
     except BaseException:
@@ -263,16 +281,21 @@ def start(context):
     others = opened.others
     breaker = earlier.breaker
     window = policy.window_size(len(all_nodes))
+    cap = policy.budget_cap(len(all_nodes), sum(1 for record in state['nodes'].values() if record['state'] in _gate.FAILED))
+    shown = 'window %d' % window
+    if cap is not None and cap < window:
+        shown += ' (the failure budget lets %d fly at a time now: gpufleet_budget_window)' % cap
     forks = context.var('ansible_forks')
-    if args['mode'] == 'window' and isinstance(forks, int) and forks < window + 1:
-        context.warn('forks is %d: host_pinned runs at most that many hosts; the window is %d, set forks to at least %d' % (forks, window, window + 1))
+    if args['mode'] == 'window' and isinstance(forks, int) and forks < min(window, cap or window) + 1:
+        context.warn('forks is %d: host_pinned runs at most that many hosts; the window is %d, set forks to at least %d'
+                     % (forks, min(window, cap or window), min(window, cap or window) + 1))
     how = ('joined (with %s)' % ', '.join(others)) if others else ('resumed' if resume else 'started')
     context.result.update(
         changed=not resume, run_id=run_id, resumed=resume, fleet=fleet, order=ordered, hosts=hosts, confirm=confirm, breaker=breaker,
         window=window, ledger_dir=backend.path(run_id), caught=caught, mode=args['mode'], member=me, members=others,
         msg='%s %s-mode run %s as controller %s: %d node(s), %d of them here to go, %d done to confirm, %s; %d quarantine(s) of earlier '
             'runs count for the circuit breaker' % (how, args['mode'], run_id, me, len(all_nodes), len(hosts) - len(confirm), len(confirm),
-                                                    'window %d' % window if args['mode'] == 'window' else 'in batches (serial)',
+                                                    shown if args['mode'] == 'window' else 'in batches (serial)',
                                                     len(breaker['quarantines'])))
     context.result['ansible_facts'] = {'gpufleet_rollout': {
         'run_id': run_id, 'run_dir': backend.run_dir, 'fleet': fleet, 'ledger': dict(spec, run_id=run_id), 'order': ordered, 'hosts': hosts,

@@ -11,12 +11,15 @@ import collections
 import copy
 import datetime
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 from ansible_collections.gpufleet.lifecycle.plugins.action import rollout as action
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout_node
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout_run
@@ -314,3 +317,162 @@ def test_the_summary_of_a_batch_pauses_the_run_as_ansible_would_stop_it(backend)
     _rollout_run.summary(context)
     assert (context.result['paused'], context.result['changed']) == (True, True)
     assert context.result['pause']['rule'] == 'batch_budget' and sent == []        # no escalation hook in the policy
+
+
+# ------------------------------------------------------------------------------------------------ several controllers
+
+class ControllerClock(Clock):
+    """The clock of another controller: its ansible-playbook is process ``pid``."""
+
+    def __init__(self, pid, start=None):
+        super().__init__(start)
+        self.pid = pid
+
+    def parent(self):
+        return self.pid
+
+
+def dead_pid():
+    process = subprocess.Popen([sys.executable, '-c', 'pass'])
+    process.wait()
+    return process.pid
+
+
+def start_as(backend, pid, **given):
+    context = make_context(backend, clock=ControllerClock(pid), **given)
+    _rollout_start.start(context)
+    return context.result
+
+
+def test_controllers_with_the_same_run_id_join_one_run_and_a_different_run_is_refused(backend):
+    KEPT.clear()
+    first = start_as(backend, os.getpid(), run_id='r9', policy=dict(POLICY, gpufleet_window=2))
+    second = start_as(backend, os.getppid(), run_id='r9', nodes=['n2', 'n3', 'n4'])
+    assert first['resumed'] is False and second['resumed'] is True and second['msg'].startswith('joined (with %s)' % first['member'])
+    assert second['members'] == [first['member']] and first['member'] != second['member']
+    ledger = _ledger.RunLedger.open(backend, 'r9')
+    assert sorted(ledger.members()) == sorted([first['member'], second['member']])
+    assert sorted(ledger.state['nodes']) == ['n1', 'n2', 'n3', 'n4']          # the joiner's own node added
+    assert sorted(second['hosts']) == ['n2', 'n3', 'n4']     # it runs its own inventory's nodes only
+    assert [kept[4] for kept in KEPT] == [first['member'], second['member']]          # each a keeper of its own
+    with pytest.raises(_ledger.LockHeld, match='held by run r9'):
+        start_as(backend, os.getppid(), run_id='r10')
+    assert not backend.exists('r10')
+
+
+def test_a_different_run_takes_over_the_lock_only_when_no_member_lives(backend):
+    start_as(backend, dead_pid(), run_id='r9')
+    second = make_context(backend, clock=ControllerClock(os.getpid()), run_id='r10')
+    _rollout_start.start(second)
+    assert 'took over the fleet lock of run r9' in ' '.join(second.result['warnings'])
+
+
+def test_a_joining_controller_never_reopens_a_run_another_live_one_paused_and_batch_mode_refuses_it(backend):
+    start_as(backend, os.getpid(), run_id='r9')
+    _ledger.RunLedger.open(backend, 'r9').set_status('paused', 'failure budget exceeded', details={'rule': 'budget', 'by': 'gate'})
+    start_as(backend, os.getppid(), run_id='r9')
+    assert _ledger.RunLedger.open(backend, 'r9').head['status'] == 'paused'
+    with pytest.raises(_run_context.GateError, match='several controllers share a run in window mode only'):
+        start_as(backend, os.getppid(), run_id='r9', mode='batch')
+
+
+def test_one_look_decides_for_every_waiting_node_of_the_controller_in_the_plans_order(backend):
+    spec = started(backend, policy=dict(POLICY, gpufleet_window=2))
+    context = make_context(backend, ledger=spec, order=list(NODES), poll=5.0, member='ctl-a')
+    ledger = _ledger.RunLedger.open(backend, 'r9')
+    verdicts = _rollout_node.look(context, ledger, _policy.load_policy(dict(POLICY, gpufleet_window=2)), {},
+                                  {'n3': context.clock.time(), 'n2': context.clock.time(), 'n1': context.clock.time()}, 5.0)
+    assert {node: verdict['decision']['action'] for node, verdict in verdicts.items()} == {'n1': 'admit', 'n2': 'admit', 'n3': 'wait'}
+    assert verdicts['n3']['decision']['rule'] == 'window'
+    state = _ledger.RunLedger.open(backend, 'r9').state
+    assert state['nodes']['n1']['member'] == 'ctl-a' and state['nodes']['n1']['resumed_from'] == ''
+    # A later look of the same controller (n1's worker has not taken its verdict yet) keeps the admission: no second event.
+    events = len(backend.read_events('r9', 0)[0])
+    again = _rollout_node.look(context, _ledger.RunLedger.open(backend, 'r9'), _policy.load_policy(dict(POLICY, gpufleet_window=2)), {},
+                               {'n1': context.clock.time()}, 5.0)
+    assert again['n1']['decision']['action'] == 'admit' and len(backend.read_events('r9', 0)[0]) == events
+
+
+def test_a_look_reads_the_ledger_the_same_number_of_times_for_3_and_for_30_waiting_nodes(tmp_path):
+    reads = {}
+    for count in (3, 30):
+        backend = CountingBackend(str(tmp_path / str(count)))
+        names = ['n%02d' % index for index in range(count)]
+        context = make_context(backend, run_id='r9', nodes=names, policy=dict(POLICY, gpufleet_window=2))
+        context.task_vars['hostvars'] = {name: {'gpufleet_gpus': 8} for name in names}
+        _rollout_start.start(context)
+        spec = context.result['ansible_facts']['gpufleet_rollout']['ledger']
+        ledger = _ledger.RunLedger.open(backend, 'r9')
+        calls = collections.Counter()
+        for method in ('read_events', 'read_doc', 'write_doc'):
+            original = getattr(backend, method)
+
+            def counted(*arguments, _original=original, _method=method):
+                calls[_method] += 1
+                return _original(*arguments)
+            setattr(backend, method, counted)
+        look = make_context(backend, ledger=spec, order=names, poll=5.0, member='ctl-a')
+        _rollout_node.look(look, ledger, _policy.load_policy(dict(POLICY, gpufleet_window=2)), {}, {name: look.clock.time() for name in names}, 5.0)
+        reads[count] = calls['read_events'] + calls['read_doc']
+    assert reads[3] == reads[30] and reads[3] < 12, reads
+
+
+def test_a_node_in_flight_on_a_live_controller_waits_and_a_dead_ones_is_resumed(backend):
+    spec = started(backend)
+    ledger = _ledger.RunLedger.open(backend, 'r9')
+    ledger.join('ctl-a', {'host': _ledger.socket.gethostname(), 'pid': os.getppid(), 'pid_start': _ledger.process_start(os.getppid()),
+                          'heartbeat': time.time(), 'left': None})
+    ledger.transition('n1', 'admitted', 'admitted', details={'member': 'ctl-a'})
+    ledger.transition('n1', 'cordoned', 'cordoned')
+    result = admit(backend, 'n1', spec, Clock(), member='ctl-b', admit_timeout=1.0)
+    assert (result['verdict'], result['rule']) == ('pending', 'member') and 'ctl-a' in result['reason']
+    ledger.join('ctl-a', {'host': _ledger.socket.gethostname(), 'pid': dead_pid(), 'pid_start': None, 'heartbeat': time.time(), 'left': None})
+    result = admit(backend, 'n1', spec, Clock(), member='ctl-b')
+    assert (result['verdict'], result['rule'], result['caught']) == ('admit', 'resume', 'cordoned')
+    record = _ledger.RunLedger.open(backend, 'r9').node('n1')
+    assert (record['member'], record['resumed_from']) == ('ctl-b', 'cordoned')
+
+
+def test_the_finish_of_one_controller_leaves_the_run_and_keeps_the_lock_while_another_lives(backend):
+    fleet = _rollout.fleet_name('inv')
+    first = start_as(backend, os.getpid(), run_id='r9')
+    second = start_as(backend, os.getppid(), run_id='r9')
+    spec = first['ansible_facts']['gpufleet_rollout']['ledger']
+    context = make_context(backend, ledger=spec, fleet=fleet, member=first['member'])
+    _rollout_run.finish(context)
+    assert context.result['status'] == 'running' and context.result['members'][first['member']] == 'left'
+    assert context.result['members'][second['member']] == 'alive' and backend.holder(fleet)['run_id'] == 'r9'
+    ledger = _ledger.RunLedger.open(backend, 'r9')
+    for node in NODES:
+        ledger.transition(node, 'left_alone', 'skipped')
+    context = make_context(backend, ledger=spec, fleet=fleet, member=second['member'])
+    _rollout_run.finish(context)
+    assert context.result['status'] == 'finished' and backend.holder(fleet) is None
+
+
+def test_the_summary_names_the_nodes_a_dead_controller_holds(backend):
+    spec = started(backend)
+    ledger = _ledger.RunLedger.open(backend, 'r9')
+    ledger.join('ctl-dead', {'host': 'elsewhere', 'pid': 1, 'pid_start': None, 'heartbeat': time.time() - 600, 'left': None})
+    ledger.transition('n2', 'admitted', 'admitted', details={'member': 'ctl-dead'})
+    context = make_context(backend, ledger=spec, fleet='')
+    _rollout_run.finish(context)
+    assert context.result['held'] == {'n2': 'ctl-dead'} and context.result['members']['ctl-dead'] == 'dead'
+    assert 'held by a dead controller (rerun its slice to resume them): ctl-dead: n2' in context.result['message']
+
+
+def test_the_arrival_grace_never_waits_for_a_node_only_another_controller_runs(backend):
+    """n1 is ahead in the plan but another controller's: this controller (its play: n2, n3) does not keep n1's place."""
+    spec = started(backend)
+    clock = Clock()
+    context = make_context(backend, host='n2', clock=clock, ledger=spec, order=list(NODES), poll=5.0,
+                           task_vars={'ansible_play_hosts_all': ['n2', 'n3']})
+    _rollout_node.admit(context)
+    assert (context.result['verdict'], context.result['waited'], clock.slept) == ('admit', 0.0, [])
+
+
+def test_a_second_controller_without_the_run_id_is_refused_not_joined(backend):
+    first = start_as(backend, os.getpid())
+    with pytest.raises(_ledger.LockHeld, match='held by run %s.*start each with -e gpufleet_run_id=%s' % (first['run_id'], first['run_id'])):
+        start_as(backend, os.getppid())
+    assert list(_ledger.RunLedger.open(backend, first['run_id']).members()) == [first['member']]
