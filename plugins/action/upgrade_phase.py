@@ -160,7 +160,7 @@ class ActionModule(ActionBase):
             try:
                 ledger = _phase.open_ledger(args['ledger'])
                 # The node's final event carries its result (signature, versions, phase times): the gate reads nothing else.
-                result['ledger'] = _phase.record(ledger, node, target, reason, details=details)
+                result['ledger'] = _phase.record(ledger, node, target, reason, details=details, member=args['ledger'].get('member'))
             except (_phase.PhaseError, _ledger.LedgerError, OSError, ValueError) as exc:
                 # The node's own result stands; the ledger keeps its last state, which a resume re-checks.
                 result.setdefault('warnings', []).append('%s: the ledger did not take %s: %s' % (node, target, to_native(exc)))

@@ -158,24 +158,46 @@ def out_of_service(rollout, scheduler):
     return out
 
 
-def schedulable_share(rollout, scheduler, extra_gpus=0):
-    """The share of the fleet's GPUs schedulable after ``extra_gpus`` more go out; None when unknown."""
+def schedulable_share(rollout, scheduler, extra_gpus=0, out=None):
+    """The share of the fleet's GPUs schedulable after ``extra_gpus`` more go out; None when unknown. ``out``: the
+    :func:`out_of_service` nodes when already known."""
     total = scheduler.total_gpus
     if not total:
         return None
-    out = sum(out_of_service(rollout, scheduler).values()) + extra_gpus
+    out = sum((out_of_service(rollout, scheduler) if out is None else out).values()) + extra_gpus
     return max(0.0, (total - out) / float(total))
 
 
-def domain_out(rollout, scheduler, domain):
+def domain_out(rollout, scheduler, domain, out=None):
     """How many nodes of ``domain`` are out now (in flight, quarantined by us, down or cordoned by others)."""
     count = 0
-    for name in out_of_service(rollout, scheduler):
+    for name in (out_of_service(rollout, scheduler) if out is None else out):
         node = rollout.nodes.get(name)
         node_domain = node.domain if node is not None else scheduler.domains.get(name)
         if node_domain == domain:
             count += 1
     return count
+
+
+def node_limits(policy, rollout, scheduler, node, out=None):
+    """The wait that ``node``'s own limits impose now (its domain's limit, the capacity floor with its GPUs out), or None.
+    ``out``: the :func:`out_of_service` nodes when already known (the queue asks for many nodes against one view)."""
+    me = rollout.nodes[node]
+    out = out_of_service(rollout, scheduler) if out is None else out
+    if policy.domain_var is not None:
+        count = domain_out(rollout, scheduler, me.domain, out)
+        if count >= policy.domain_max:
+            return Decision(WAIT, 'domain', '%s %s has %d node(s) out (gpufleet_domain_max %d)'
+                            % (policy.domain_var, me.domain, count, policy.domain_max))
+    if policy.capacity_floor > 0:
+        after = schedulable_share(rollout, scheduler, me.gpus, out)
+        if after is None:
+            return Decision(WAIT, 'capacity_unknown', 'the scheduler gave no GPU total; the capacity floor cannot be checked')
+        if after < policy.capacity_floor - 1e-9:
+            return Decision(WAIT, 'capacity_floor', 'taking %s out (%d GPU(s)) would leave %s%% of %d GPUs schedulable, '
+                            'below the floor of %s%%' % (node, me.gpus, _number(after * 100), scheduler.total_gpus,
+                                                         _number(policy.capacity_floor * 100)))
+    return None
 
 
 def quarantine_times(rollout):
@@ -373,20 +395,9 @@ def admit(policy, rollout, scheduler, node, now, member=None):
                         '%d more failure(s): at most %d node(s) in flight, %d are (gpufleet_budget_window)'
                         % (_number(policy.max_fail_percentage), node_count(rollout), failed, cap - 1, cap, len(flying)))
 
-    if policy.domain_var is not None:
-        out = domain_out(rollout, scheduler, me.domain)
-        if out >= policy.domain_max:
-            return Decision(WAIT, 'domain', '%s %s has %d node(s) out (gpufleet_domain_max %d)'
-                            % (policy.domain_var, me.domain, out, policy.domain_max))
-
-    if policy.capacity_floor > 0:
-        after = schedulable_share(rollout, scheduler, me.gpus)
-        if after is None:
-            return Decision(WAIT, 'capacity_unknown', 'the scheduler gave no GPU total; the capacity floor cannot be checked')
-        if after < policy.capacity_floor - 1e-9:
-            return Decision(WAIT, 'capacity_floor', 'taking %s out (%d GPU(s)) would leave %s%% of %d GPUs schedulable, '
-                            'below the floor of %s%%' % (node, me.gpus, _number(after * 100), scheduler.total_gpus,
-                                                         _number(policy.capacity_floor * 100)))
+    limited = node_limits(policy, rollout, scheduler, node)
+    if limited is not None:
+        return limited
 
     if is_canary:
         return Decision(ADMIT, 'canary', '%s goes alone as a canary' % node, canary=True)
@@ -458,14 +469,19 @@ def queue_candidates(node, order, waiting_now, reached, in_flight_count, forks, 
 def first_in_line(policy, rollout, scheduler, node, order, candidates, now):
     """The earlier node in ``order`` among ``candidates`` that is pending and would be admitted now, or None.
 
-    Nodes not among the candidates (not at the gate, not expected there) never hold anyone back.
+    Nodes not among the candidates (not at the gate, not expected there) never hold anyone back.  Asked once ``node`` is
+    admitted: the run-level rules (pause, maintenance window, canary, window, budget window) then let every pending node
+    go alike, so an earlier candidate would go when its own limits (:func:`node_limits`) let it.
     """
+    del now
+    out = None
     for name in order:
         if name == node:
             return None
         if name not in candidates or name not in rollout.nodes or rollout.nodes[name].state != PENDING:
             continue
-        if admit(policy, rollout, scheduler, name, now).action == ADMIT:
+        out = out_of_service(rollout, scheduler) if out is None else out
+        if node_limits(policy, rollout, scheduler, name, out) is None:
             return name
     return None
 

@@ -490,6 +490,10 @@ class Backend(abc.ABC):
         return the stale holder taken over, or None.  ``alive(current)``: whether the run holding the lock has a live member
         (:func:`run_alive`); without it, :func:`holder_alive` decides."""
 
+    def lock_location(self, fleet):
+        """Where the fleet lock ``fleet`` is kept, for people: the lock file's path, or the Lease."""
+        return 'fleet lock %s in %s' % (fleet, self.location())
+
     def renew(self, fleet, holder):
         """Renew the fleet lock for the run of ``holder`` (a Lease); False when the run no longer holds it."""
         del fleet, holder
@@ -615,6 +619,9 @@ class FileBackend(Backend):
 
     def path(self, run_id, name=''):
         return os.path.join(self.run_dir, check_run_id(run_id), name) if name else os.path.join(self.run_dir, check_run_id(run_id))
+
+    def lock_location(self, fleet):
+        return self._lock_path(fleet)
 
     def _lock_path(self, fleet):
         if not isinstance(fleet, str) or not FLEET.match(fleet):

@@ -714,6 +714,9 @@ class KubernetesBackend(_ledger.Backend):
     def release(self, fleet, run_id):
         return self._update_own(fleet, run_id, lambda spec: {key: value for key, value in spec.items() if key != 'holderIdentity'})
 
+    def lock_location(self, fleet):
+        return 'Lease %s/%s' % (self.namespace, self.fleet_lease(fleet))
+
     def renew(self, fleet, holder):
         """Renew the fleet Lease for the run of ``holder`` (any of its controllers renews it); False when the run no longer
         holds it (released, or taken over as stale)."""

@@ -117,15 +117,29 @@ def _lists(value):
     return [_lists(item) for item in value] if isinstance(value, (list, tuple)) else value
 
 
-def record(ledger, node, target, reason, details=None):
+def taken_over(record, member):
+    """The controller that took ``record`` (a node in flight) over from ``member`` (this controller), or None."""
+    holder = (record or {}).get('member')
+    if member and holder and holder != member and record.get('state') in _gate.IN_FLIGHT:
+        return holder
+    return None
+
+
+def record(ledger, node, target, reason, details=None, member=None):
     """Walk ``node`` to ``target`` in ``ledger``; the last step carries ``details``; returns the states recorded ([] when none).
 
     Nothing is written when ``node`` is already in a final state and ``target`` is final too: a final event has one writer.
+    ``member``: the controller writing; a node another controller of the run took over (this one's heartbeat went stale) is
+    refused (:class:`._ledger.LedgerError`): its new controller writes its phases.
     """
     with ledger.locked(full=False):
         record = ledger.node(node)      # this node's record only: a phase never reads the run's every node
         if record is None:
             raise _ledger.LedgerError('%s is not a node of run %s' % (node, ledger.run_id))
+        holder = taken_over(record, member)
+        if holder:
+            raise _ledger.LedgerError('%s was taken over by controller %s (this controller, %s, was counted dead): it records nothing more'
+                                      % (node, holder, member))
         current = record['state']
         if current in _gate.FINAL and target in _gate.FINAL:
             return []

@@ -140,9 +140,12 @@ def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
             arrived = _arrived(backend, ledger.run_id, node)
             forks = int(context.task_vars.get('ansible_forks') or 5)
             in_flight = sum(state['counts'].get(name, 0) for name in _ledger.IN_FLIGHT)
-            # The arrival grace waits for this controller's own hosts only (another controller's never arrive here).
-            order = [name for name in args['order'] if name in mine] if isinstance(mine, list) and mine else args['order']
-            candidates = _gate.queue_candidates(node, order, waiting, arrived, in_flight, forks, clock.time() - started, poll)
+            # The queue holds a node back only for this controller's own hosts: another controller's node (waiting at its own
+            # gate, or never to arrive here) is that controller's to admit, in the same plan's order.
+            own = set(mine) if isinstance(mine, list) and mine else None
+            order = [name for name in args['order'] if name in own] if own else args['order']
+            candidates = _gate.queue_candidates(node, order, waiting & own if own else waiting, arrived, in_flight, forks,
+                                                clock.time() - started, poll)
             if candidates:
                 rollout = _rollout.rollout_view(ledger.gate_view(node, extra=scheduler_out | candidates), context.breaker(state))
             decision = _gate.in_line(policy, rollout, scheduler, node, args['order'], candidates, now, decision)
@@ -167,6 +170,10 @@ def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
         else:
             _waiting(backend, ledger.run_id, node, True, ttl, clock.time())
     return decision, caught, pause_set
+
+
+# The gate's waits that hold every pending node alike (the node's own domain, GPUs or place in the plan play no part).
+RUN_WAITS = ('maintenance_window', 'canary', 'window', 'budget_window')
 
 
 class PassDocs:
@@ -218,17 +225,35 @@ def look(context, ledger, policy, domains, waiting, poll):
     if fleet is None:
         decision = _gate.Decision('pending', 'scheduler', why)
         return {node: {'decision': decision.to_dict(), 'caught': ''} for node in waiting}
+    if domains is None:
+        # The domains of the nodes the scheduler lists as unavailable (the rollout's own nodes carry theirs in the ledger).
+        domains = {name: context.hostvar(name, policy.domain_var) for name in fleet.unavailable} if policy.domain_var else {}
     scheduler = fleet.view(domains)
     rank = {name: index for index, name in enumerate(context.args['order'])}
     docs = PassDocs(ledger.backend)
     paused = None
+    same = None
+    ttl = _gate.waiting_ttl(poll)
     with ledger.locked(full=False):
         for node in sorted(waiting, key=lambda name: (rank.get(name, len(rank)), name)):
+            record = ledger.node(node)
+            if same is not None and record is not None and record['state'] == _gate.PENDING:
+                # A rule that holds for every pending node (the window or the budget's window full, the maintenance window, the
+                # canary, a pause) held the node before: it holds this one too, nothing else to decide.
+                _waiting(docs, ledger.run_id, node, same.action == _gate.WAIT, ttl, context.clock.time())
+                verdicts[node] = {'decision': same.to_dict(), 'caught': ''}
+                continue
             decision, caught, pause_set = _decide(context, ledger, policy, scheduler, node, waiting[node], poll, docs=docs)
             verdicts[node] = {'decision': decision.to_dict(), 'caught': caught}
             if pause_set is not None:
                 paused = (decision, pause_set)
+            if record is not None and record['state'] == _gate.PENDING and (
+                    decision.action == _gate.PAUSE or (decision.action == _gate.WAIT and decision.rule in RUN_WAITS)):
+                same = decision
         docs.flush(ledger.run_id)
+    behind = [node for node in sorted(waiting, key=lambda name: (rank.get(name, len(rank)), name)) if verdicts[node]['decision']['action'] == _gate.WAIT]
+    for place, node in enumerate(behind):
+        verdicts[node]['rank'] = place
     if paused is not None:
         context.escalate(policy.escalation, _rollout.escalation_payload(ledger.run_id, paused[0].to_dict(), paused[1]))
     return verdicts
@@ -253,17 +278,22 @@ class SharedGate:
         self.look_key = _shared_view.view_key(pid, start, 'gate', what)
         self.folder = getattr(context, 'shared_folder', None)
 
-    def enter(self, node, started, present=True):
-        """Register (or remove) ``node`` in the waiting room: {node: [last poll, arrival]}, entries older than the gate's
-        waiting time dropped (their worker is gone)."""
-        now, ttl = self.context.clock.time(), _gate.waiting_ttl(self.poll)
+    def _kept(self, room, now):
+        """The room's entries whose worker still waits: {node: [last poll, arrival, until]} with ``until`` not passed."""
+        return {name: entry for name, entry in room.items()
+                if isinstance(entry, list) and len(entry) == 3 and all(isinstance(item, (int, float)) and not isinstance(item, bool)
+                                                                        for item in entry) and now <= entry[2]}
+
+    def enter(self, node, started, present=True, sleep=None):
+        """Register (or remove) ``node`` in the waiting room until its worker's next poll (``sleep`` seconds, the poll by
+        default) plus the gate's waiting time: entries past theirs are dropped (their worker is gone)."""
+        now = self.context.clock.time()
+        until = now + (sleep or self.poll) + _gate.waiting_ttl(self.poll)
 
         def change(room):
-            kept = {name: entry for name, entry in room.items()
-                    if isinstance(entry, list) and len(entry) == 2 and all(isinstance(item, (int, float)) for item in entry)
-                    and now - entry[0] <= ttl}
+            kept = self._kept(room, now)
             if present:
-                kept[node] = [now, started]
+                kept[node] = [now, started, until]
             else:
                 kept.pop(node, None)
             return kept
@@ -274,11 +304,34 @@ class SharedGate:
         def reader():
             if self.context.clock.parent() != self.parent:
                 raise GateError('ansible-playbook (pid %d) is gone; no look at the gate for its nodes' % self.parent)
-            room = _shared_view.update(self.room, lambda room: room, folder=self.folder)
-            waiting = {name: entry[1] for name, entry in room.items() if isinstance(entry, list) and len(entry) == 2}
+            room = self._kept(_shared_view.update(self.room, lambda room: room, folder=self.folder), self.context.clock.time())
+            waiting = {name: entry[1] for name, entry in room.items()}
             return look(self.context, self.ledger, policy, domains, waiting, self.poll) if waiting else {}
         verdicts = _shared_view.fetch(self.look_key, self.poll, reader, folder=self.folder, clock=self.context.clock.time)
         return (verdicts or {}).get(node)
+
+
+# A worker whose node waits behind others at the gate (its place among the controller's waiting nodes, ``rank``, a window
+# or more back) looks every (1 + rank // window) poll intervals, at most this many: a node deep in the queue cannot be
+# admitted before the nodes ahead of it are, and with several controllers hundreds of workers wait at once.
+GATE_BACKOFF_MAX = 4
+
+
+def backoff(poll, rank, window):
+    """Seconds until a waiting worker's next look: the poll interval, times ``1 + rank // window`` up to :data:`GATE_BACKOFF_MAX`."""
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        return poll
+    return poll * min(GATE_BACKOFF_MAX, 1 + rank // max(1, window))
+
+
+def orphaned(parent, member, node):
+    """Fail when this worker's ansible-playbook is gone before the gate even starts: its parent is init (ansible-core's
+    workers run in a session of their own, so a kill of the controller's process group leaves them orphaned), or not the
+    controller the run knows (the pid in I(member))."""
+    pid = (member or '').rsplit(':', 1)[-1] if member else ''
+    if parent == 1 or (pid.isdigit() and int(pid) != parent):
+        raise GateError('ansible-playbook%s is gone (this worker\'s parent is pid %d); %s stays pending'
+                        % (' (pid %s)' % pid if pid.isdigit() else '', parent, node))
 
 
 def admit(context):
@@ -293,10 +346,11 @@ def admit(context):
     results_dir = context.results_dir(spec)
     poll = max(0.2, args['poll'])
     started = clock.time()
-    hostvars = context.task_vars.get('hostvars') or {}
     parent = clock.parent()
+    orphaned(parent, args['member'], node)
     policy = _policy.load_policy(ledger.head['policy'])      # a run keeps the policy it started with
-    domains = {name: context.hostvar(name, policy.domain_var) for name in hostvars} if policy.domain_var else {}
+    window = policy.window_size(ledger.head['total'])
+    sleep = poll
     shared = SharedGate(context, ledger, poll) if getattr(context, 'shared', False) else None
     caught = ''
     try:
@@ -312,17 +366,17 @@ def admit(context):
                 shared.enter(node, started, present=False)
             raise GateError('ansible-playbook (pid %d) is gone; %s stays pending' % (parent, node))
         if shared is not None:
-            shared.enter(node, started)
-            verdict = shared.verdict(node, policy, domains)
+            shared.enter(node, started, sleep=sleep)
+            verdict = shared.verdict(node, policy, None)
         else:
-            verdict = look(context, ledger, policy, domains, {node: started}, poll).get(node)
+            verdict = look(context, ledger, policy, None, {node: started}, poll).get(node)
         decision = _decision(verdict['decision']) if verdict else _gate.Decision(_gate.WAIT, 'queue', 'waiting for the next look at the gate')
         waited = round(clock.time() - started, 1)
         if decision.action == _gate.WAIT and args['admit_timeout'] and waited >= args['admit_timeout']:
             if shared is not None:
                 # Leave the room first, then take the look that may have admitted this node meanwhile (never lose an admission).
                 shared.enter(node, started, present=False)
-                verdict = shared.verdict(node, policy, domains)
+                verdict = shared.verdict(node, policy, None)
                 if verdict and verdict['decision']['action'] != _gate.WAIT:
                     decision = _decision(verdict['decision'])
             if decision.action == _gate.WAIT:
@@ -331,10 +385,10 @@ def admit(context):
         if decision.action != _gate.WAIT:
             caught = (verdict or {}).get('caught') or ''
             break
-        pause = poll
+        sleep = backoff(poll, (verdict or {}).get('rank'), window) if shared is not None else poll
         if decision.until is not None:
-            pause = max(0.2, min(poll, decision.until.timestamp() - clock.time()))
-        clock.sleep(pause)
+            sleep = max(0.2, min(poll, decision.until.timestamp() - clock.time()))
+        clock.sleep(sleep)
     if shared is not None:
         shared.enter(node, started, present=False)
     verdict = decision.action
@@ -343,7 +397,10 @@ def admit(context):
                           msg='%s: %s (%s): %s' % (node, verdict, decision.rule, decision.reason))
     if verdict == _gate.ADMIT:
         context.result['caught'] = caught
-        context.result['ansible_facts'] = {'gpufleet_ledger': dict(spec, results_dir=results_dir)}
+        handed = dict(spec, results_dir=results_dir)
+        if args['member']:
+            handed['member'] = args['member']      # the controller that admitted it: its phases are this controller's to write
+        context.result['ansible_facts'] = {'gpufleet_ledger': handed}
 
 
 # ---------------------------------------------------------------------------------------------- settle
@@ -362,13 +419,23 @@ def settle(context):
         record = ledger.node(node)      # this node's record only, not the run's every node
         if record is None:
             raise GateError('%s is not a node of run %s' % (node, ledger.run_id))
+        holder = _phase.taken_over(record, args['member'])
+        if holder:
+            raise GateError('%s was taken over by controller %s (this controller, %s, was counted dead): its result is that '
+                            'controller\'s to record' % (node, holder, args['member']))
         current = record['state']
         if current not in _gate.FINAL:
             # The safety net when node_upgrade could not record its final event (the ledger did not take it): the same rule
             # and the same details as upgrade_phase, written once.
             target, reason = _phase.final_state(target, given.get('reason') if target else None)
             details = _phase.final_details(given, node, given.get('facts_before'), given.get('facts_after'))
-            for step in _rollout.walk(current, target):
+            steps = _rollout.walk(current, target)
+            if not steps:
+                # No legal way from where the node is to the result (left alone after its drain): never left in flight.
+                reason = 'quarantined: %s could not be recorded from %s (%s)' % (target, current, reason or 'no reason given')
+                target = 'quarantined'
+                steps = _rollout.walk(current, target)
+            for step in steps:
                 ledger.transition(node, step, reason if step == target else 'recorded by the gate after node_upgrade',
                                   details=details if step == target else None)
                 recorded.append(step)

@@ -101,6 +101,9 @@ def finish(context):
 # ---------------------------------------------------------------------------------------------- control: one function per verb
 
 def _skip(ledger, state, node, reason, args):
+    if state['nodes'][node]['state'] != _gate.PENDING:
+        raise GateError('%s is %s, not pending: only a node not started yet is skipped (a node in flight finishes its procedure)'
+                        % (node, state['nodes'][node]['state']))
     ledger.transition(node, 'left_alone', 'skipped: %s' % reason)
 
 
@@ -121,7 +124,7 @@ def _released(ledger, state, node, reason, args):
 
 # The verbs on the run (ledger, reason) and on nodes (ledger, state, node, reason, args), under the run lock.
 RUN_VERBS = {
-    'pause': lambda ledger, reason: ledger.set_status('paused', reason, details={'rule': 'operator', 'by': 'operator'}),
+    'pause': lambda ledger, reason: ledger.set_status('paused', reason, details={'rule': 'operator', 'rules': ['operator'], 'by': 'operator'}),
     'resume': lambda ledger, reason: ledger.set_status('running', reason),
     'reset_breaker': lambda ledger, reason: ledger.reset_breaker(reason),
 }

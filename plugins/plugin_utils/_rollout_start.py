@@ -242,7 +242,7 @@ def start(context):
         current = backend.holder(fleet)
         if current and current.get('run_id') == run_id and not _ledger.lock_stale(current, holder['host'], alive):
             raise _ledger.LockHeld(fleet, current, '%s; to run it from several controllers start each with -e gpufleet_run_id=%s'
-                                   % (backend.location(), run_id))
+                                   % (backend.lock_location(fleet), run_id))
     stale = backend.acquire(fleet, holder, alive=alive)
     if stale:
         context.warn('took over the fleet lock of run %s (host %s, pid %s is gone, no live controller)'

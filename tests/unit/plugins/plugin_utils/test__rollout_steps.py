@@ -19,6 +19,7 @@ import pytest
 
 from ansible_collections.gpufleet.lifecycle.plugins.action import rollout as action
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _phase
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout_node
@@ -476,3 +477,56 @@ def test_a_second_controller_without_the_run_id_is_refused_not_joined(backend):
     with pytest.raises(_ledger.LockHeld, match='held by run %s.*start each with -e gpufleet_run_id=%s' % (first['run_id'], first['run_id'])):
         start_as(backend, os.getppid())
     assert list(_ledger.RunLedger.open(backend, first['run_id']).members()) == [first['member']]
+
+
+def test_a_worker_deep_in_the_queue_looks_less_often():
+    assert [_rollout_node.backoff(1.0, rank, 10) for rank in (0, 9, 10, 25, 39, 500)] == [1.0, 1.0, 2.0, 3.0, 4.0, 4.0]
+    assert _rollout_node.backoff(5.0, None, 10) == 5.0 and _rollout_node.backoff(5.0, True, 10) == 5.0
+
+
+def test_the_waiting_room_keeps_a_sleeping_worker_until_its_next_poll_and_drops_a_gone_one(backend, tmp_path):
+    spec = started(backend)
+    clock = Clock()
+    context = make_context(backend, host='n1', clock=clock, ledger=spec, order=list(NODES), poll=1.0)
+    context.shared_folder = str(tmp_path / 'view')
+    gate = _rollout_node.SharedGate(context, _ledger.RunLedger.open(backend, 'r9'), 1.0)
+    gate.enter('n1', clock.time(), sleep=4.0)
+    gate.enter('n2', clock.time())
+    clock.now += 6.5                    # past n2's poll and waiting time (1 + 5 s), within n1's (4 + 5 s)
+    assert set(gate.enter('n3', clock.time())) == {'n1', 'n3'}
+    assert set(gate.enter('n3', clock.time(), present=False)) == {'n1'}
+
+
+def test_a_controller_counted_dead_records_nothing_more_on_a_node_taken_over(backend):
+    spec = started(backend)
+    ledger = _ledger.RunLedger.open(backend, 'r9')
+    ledger.transition('n1', 'admitted', 'admitted', details={'member': 'ctl-b'})      # ctl-b resumed it from ctl-a
+    with pytest.raises(_ledger.LedgerError, match='n1 was taken over by controller ctl-b'):
+        _phase.record(ledger, 'n1', 'cordoned', '', member='ctl-a')
+    context = make_context(backend, host='n1', ledger=spec, member='ctl-a', result={'state': 'done', 'reason': 'ok'})
+    with pytest.raises(_run_context.GateError, match='taken over by controller ctl-b'):
+        _rollout_node.settle(context)
+    assert _phase.record(ledger, 'n1', 'cordoned', '', member='ctl-b') == ['cordoned']
+
+
+def test_settle_never_leaves_a_node_in_flight_and_skip_refuses_a_node_in_flight(backend):
+    spec = started(backend)
+    ledger = _ledger.RunLedger.open(backend, 'r9')
+    for step in ('admitted', 'cordoned', 'drained'):
+        ledger.transition('n1', step, 'the procedure')
+    context = make_context(backend, host='n1', ledger=spec, result={'state': 'left_alone', 'reason': 'an admin drained it'})
+    _rollout_node.settle(context)
+    assert context.result['state'] == 'quarantined'
+    assert 'left_alone could not be recorded from drained (an admin drained it)' in _ledger.RunLedger.open(backend, 'r9').node('n1')['reason']
+    ledger.transition('n2', 'admitted', 'admitted')
+    with pytest.raises(_run_context.GateError, match='n2 is admitted, not pending'):
+        _rollout_run.control(make_context(backend, run_id='r9', verb='skip', nodes=['n2']))
+
+
+def test_an_orphaned_worker_never_looks_at_the_gate(backend):
+    spec = started(backend)
+    for parent, member in ((1, ''), (os.getpid(), 'vm:%d' % (os.getpid() + 100000))):
+        context = make_context(backend, host='n1', clock=ControllerClock(parent), ledger=spec, order=list(NODES), member=member)
+        with pytest.raises(_run_context.GateError, match='is gone'):
+            _rollout_node.admit(context)
+    assert _ledger.RunLedger.open(backend, 'r9').node('n1')['state'] == 'pending'

@@ -425,11 +425,18 @@ def test_kubernetes_answers_are_shared(folder):
     assert {(fleet.total(), frozenset(fleet.unavailable)) for fleet in fleets} == {(8, frozenset(['k2']))}
 
 
-def test_a_static_view_needs_no_cache(folder):
+def test_a_static_view_is_read_once_a_minute_by_the_gate(folder):
+    """No scheduler: the gate's looks share the nodes' gpufleet_gpus host variables (templating every node's is what a look
+    costs most at 10,000 nodes); no scheduler answer is asked for."""
     answers = Answers()
-    fleet = make_context(folder, answers, scheduler='none').read_fleet(['n1', 'n2'])
-    assert fleet.total() == 16 and not answers.calls
-    assert not os.path.exists(folder)
+    context = make_context(folder, answers, scheduler='none')
+    read = []
+    hostvar = context.hostvar
+    context.hostvar = lambda node, name: read.append(node) or hostvar(node, name)
+    assert context.read_fleet(['n1', 'n2']).total() == 16 and not answers.calls
+    assert context.read_fleet(['n1', 'n2']).total() == 16 and read == ['n1', 'n2']        # the second from the shared view
+    context.clock.now += _run_context.STATIC_SECONDS + 1
+    assert context.read_fleet(['n1', 'n2']).total() == 16 and read == ['n1', 'n2', 'n1', 'n2']
 
 
 def test_an_injected_scheduler_is_called_as_before(folder):
