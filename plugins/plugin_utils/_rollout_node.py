@@ -280,9 +280,10 @@ class SharedGate:
 
     def _kept(self, room, now):
         """The room's entries whose worker still waits: {node: [last poll, arrival, until]} with ``until`` not passed."""
-        return {name: entry for name, entry in room.items()
-                if isinstance(entry, list) and len(entry) == 3 and all(isinstance(item, (int, float)) and not isinstance(item, bool)
-                                                                        for item in entry) and now <= entry[2]}
+        def usable(entry):
+            return isinstance(entry, list) and len(entry) == 3 and all(isinstance(item, (int, float)) and not isinstance(item, bool)
+                                                                       for item in entry)
+        return {name: entry for name, entry in room.items() if usable(entry) and now <= entry[2]}
 
     def enter(self, node, started, present=True, sleep=None):
         """Register (or remove) ``node`` in the waiting room until its worker's next poll (``sleep`` seconds, the poll by

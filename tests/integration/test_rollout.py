@@ -374,7 +374,8 @@ def quarantine_cleanup(fleet, nodes):
 
 
 def test_the_failure_budget_pauses_and_in_flight_nodes_finish(fleet, tmp_path):
-    """With gpufleet_budget_window off (a second node may fly while the budget of 0 can absorb nothing): gpu-01 fails its validation while a second node is in flight, held by a job until the test sees gpu-01 final: the third
+    """With gpufleet_budget_window off (a second node may fly while the budget of 0 can absorb nothing): gpu-01 fails its
+    validation while a second node is in flight, held by a job until the test sees gpu-01 final: the third
     is never admitted, the second finishes done, the run ends failed with a paused summary naming the budget."""
     environment = fleet.vars['gpufleet_slurm_environment']
     run_dir = str(tmp_path / 'runs')
