@@ -241,10 +241,10 @@ def look(context, ledger, policy, domains, waiting, poll):
                 # A rule that holds for every pending node (the window or the budget's window full, the maintenance window, the
                 # canary, a pause) held the node before: it holds this one too, nothing else to decide.
                 _waiting(docs, ledger.run_id, node, same.action == _gate.WAIT, ttl, context.clock.time())
-                verdicts[node] = {'decision': same.to_dict(), 'caught': ''}
+                verdicts[node] = {'decision': same.to_dict(), 'caught': '', 'arrived': waiting[node]}
                 continue
             decision, caught, pause_set = _decide(context, ledger, policy, scheduler, node, waiting[node], poll, docs=docs)
-            verdicts[node] = {'decision': decision.to_dict(), 'caught': caught}
+            verdicts[node] = {'decision': decision.to_dict(), 'caught': caught, 'arrived': waiting[node]}
             if pause_set is not None:
                 paused = (decision, pause_set)
             if record is not None and record['state'] == _gate.PENDING and (
@@ -300,8 +300,9 @@ class SharedGate:
             return kept
         return _shared_view.update(self.room, change, folder=self.folder)
 
-    def verdict(self, node, policy, domains):
-        """This node's verdict from the controller's last look (one look per poll for every worker), or None."""
+    def verdict(self, node, policy, domains, started=None):
+        """This node's verdict from the controller's last look (one look per poll for every worker), or None: also when that
+        look saw another visit of the node at the gate (``started``: when this one arrived; a retried node comes again)."""
         def reader():
             if self.context.clock.parent() != self.parent:
                 raise GateError('ansible-playbook (pid %d) is gone; no look at the gate for its nodes' % self.parent)
@@ -309,7 +310,10 @@ class SharedGate:
             waiting = {name: entry[1] for name, entry in room.items()}
             return look(self.context, self.ledger, policy, domains, waiting, self.poll) if waiting else {}
         verdicts = _shared_view.fetch(self.look_key, self.poll, reader, folder=self.folder, clock=self.context.clock.time)
-        return (verdicts or {}).get(node)
+        verdict = (verdicts or {}).get(node)
+        if verdict is not None and started is not None and verdict.get('arrived') != started:
+            return None
+        return verdict
 
 
 # A worker whose node waits behind others at the gate (its place among the controller's waiting nodes, ``rank``, a window
@@ -368,7 +372,7 @@ def admit(context):
             raise GateError('ansible-playbook (pid %d) is gone; %s stays pending' % (parent, node))
         if shared is not None:
             shared.enter(node, started, sleep=sleep)
-            verdict = shared.verdict(node, policy, None)
+            verdict = shared.verdict(node, policy, None, started)
         else:
             verdict = look(context, ledger, policy, None, {node: started}, poll).get(node)
         decision = _decision(verdict['decision']) if verdict else _gate.Decision(_gate.WAIT, 'queue', 'waiting for the next look at the gate')
@@ -377,7 +381,7 @@ def admit(context):
             if shared is not None:
                 # Leave the room first, then take the look that may have admitted this node meanwhile (never lose an admission).
                 shared.enter(node, started, present=False)
-                verdict = shared.verdict(node, policy, None)
+                verdict = shared.verdict(node, policy, None, started)
                 if verdict and verdict['decision']['action'] != _gate.WAIT:
                     decision = _decision(verdict['decision'])
             if decision.action == _gate.WAIT:

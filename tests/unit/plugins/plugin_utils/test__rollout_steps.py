@@ -530,3 +530,22 @@ def test_an_orphaned_worker_never_looks_at_the_gate(backend):
         with pytest.raises(_run_context.GateError, match='is gone'):
             _rollout_node.admit(context)
     assert _ledger.RunLedger.open(backend, 'r9').node('n1')['state'] == 'pending'
+
+
+def test_a_retried_node_never_takes_the_verdict_of_its_earlier_visit_at_the_gate(backend, tmp_path):
+    """The model test's finding: n1 admitted by a look, deferred and put back for a retry within one poll; its second visit
+    must not take the first visit's cached admission (the node is pending again)."""
+    spec = started(backend, policy=dict(POLICY, gpufleet_retries=1))
+    clock = Clock()
+    context = make_context(backend, host='n1', clock=clock, ledger=spec, order=list(NODES), poll=5.0, member='ctl-a')
+    context.shared_folder = str(tmp_path / 'view')
+    gate = _rollout_node.SharedGate(context, _ledger.RunLedger.open(backend, 'r9'), 5.0)
+    first = clock.time()
+    gate.enter('n1', first)
+    assert gate.verdict('n1', _policy.load_policy(POLICY), None, first)['decision']['action'] == 'admit'
+    ledger = _ledger.RunLedger.open(backend, 'r9')
+    ledger.transition('n1', 'deferred', 'drain timed out')
+    ledger.transition('n1', 'pending', 'retry', gate=True)
+    clock.now += 1.0
+    gate.enter('n1', clock.time())
+    assert gate.verdict('n1', _policy.load_policy(POLICY), None, clock.time()) is None        # the cached look saw the first visit
