@@ -219,12 +219,12 @@ def look(context, ledger, policy, domains, waiting, poll):
     verdicts = {}
     if state['status'] == 'paused' and (state.get('pause') or {}).get('rule') == 'scheduler':
         decision = _gate.Decision('pending', 'scheduler', 'the run is paused: %s' % state['pause'].get('reason'))
-        return {node: {'decision': decision.to_dict(), 'caught': ''} for node in waiting}
+        return {node: {'decision': decision.to_dict(), 'caught': '', 'arrived': waiting[node]} for node in waiting}
     first = min(waiting, key=lambda name: waiting[name])
     fleet, why = _fleet_or_stop(context, ledger, first)
     if fleet is None:
         decision = _gate.Decision('pending', 'scheduler', why)
-        return {node: {'decision': decision.to_dict(), 'caught': ''} for node in waiting}
+        return {node: {'decision': decision.to_dict(), 'caught': '', 'arrived': waiting[node]} for node in waiting}
     if domains is None:
         # The domains of the nodes the scheduler lists as unavailable (the rollout's own nodes carry theirs in the ledger).
         domains = {name: context.hostvar(name, policy.domain_var) for name in fleet.unavailable} if policy.domain_var else {}

@@ -300,10 +300,11 @@ def test_three_controllers_finish_one_run(run_f):
 
 def test_the_window_and_the_floor_hold_fleet_wide(run_f):
     """Replaying the ledger: never more than the window in flight across the three, never below the floor (gpu-09's 8 GPUs
-    out all along, counted once when it is in flight itself); and the floor did bind: the window would take 3, it took 2."""
+    out all along, counted once when it is in flight itself); and the floor did bind: the window would take 3 of the nodes in
+    service, it took 2 (gpu-09 goes through the gate too, before it is left alone: with it, 3 may fly, never 3 besides it)."""
     sizes = []
     for event, flying in in_flight_over_time(run_f['events']):
-        sizes.append(len(flying))
+        sizes.append(len(flying - {ADMIN_NODE}))
         out = GPUS * len(flying | {ADMIN_NODE})
         assert (len(NODES) * GPUS - out) >= FLOOR * len(NODES) * GPUS, (event, flying)
         assert len(flying) <= 3, (event, flying)

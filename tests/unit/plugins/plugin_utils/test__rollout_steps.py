@@ -549,3 +549,33 @@ def test_a_retried_node_never_takes_the_verdict_of_its_earlier_visit_at_the_gate
     clock.now += 1.0
     gate.enter('n1', clock.time())
     assert gate.verdict('n1', _policy.load_policy(POLICY), None, clock.time()) is None        # the cached look saw the first visit
+
+
+@pytest.mark.parametrize('paused_before', [False, True])
+def test_a_scheduler_that_never_answers_ends_every_waiting_worker_pending(backend, tmp_path, paused_before):
+    """slurmctld or the Kubernetes API gone: through the shared gate (a real run's), the worker whose look gave up pauses the
+    run (rule scheduler) and every waiting worker - this look's or a later one's after the pause - ends pending, none waits
+    on (CI found the verdicts of these looks unusable by the shared gate: both workers waited 30 minutes)."""
+    spec = started(backend)
+    if paused_before:
+        _ledger.RunLedger.open(backend, 'r9').set_status('paused', 'the scheduler (slurm) did not answer', details={'rule': 'scheduler', 'by': 'gate'})
+
+    def gone(context, *rest):
+        raise _run_context.GateError('scontrol show node -o exited 1: slurm_load_node error: Socket timed out on send/recv operation')
+
+    clock = Clock()
+    folder = str(tmp_path / 'view')
+    for node in ('n1', 'n2'):
+        args = {name: copy.deepcopy(value.get('default')) for name, value in action.ARGUMENT_SPEC.items()}
+        args.update(run_dir=backend.run_dir, nodes=list(NODES), policy=dict(POLICY), host=node, ledger=spec, order=list(NODES), poll=1.0,
+                    scheduler='slurm', scheduler_timeout=5, step='admit', admit_timeout=600)
+        variables = {'inventory_hostname': node, 'ansible_inventory_sources': ['inv'], 'ansible_forks': 5,
+                     'hostvars': {name: {'gpufleet_gpus': 8} for name in NODES}}
+        context = _run_context.RunContext(args, variables, {}, clock=clock, open_backend=lambda given: backend, answer=gone,
+                                          shared=True, shared_folder=folder, keep=lambda *arguments: None)
+        _rollout_node.admit(context)
+        assert (context.result['verdict'], context.result['rule']) == ('pending', 'scheduler'), context.result
+        assert 'did not answer' in context.result['reason'] and context.result['waited'] < 30, context.result
+    state = _ledger.RunLedger.open(backend, 'r9').state
+    assert state['status'] == 'paused' and state['pause']['rule'] == 'scheduler'
+    assert {node: state['nodes'][node]['state'] for node in ('n1', 'n2')} == {'n1': 'pending', 'n2': 'pending'}
