@@ -32,13 +32,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-import conftest as _root_conftest  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
-
-sys.path.remove(ROOT)
-del sys.modules['conftest']
-sys.path.insert(0, os.path.join(ROOT, 'tests', 'integration'))
+from _checkout import ROOT  # noqa: E402  pylint: disable=wrong-import-position,import-error
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'unit'))
 
 from conftest import SYSTEM_PATH, ansible_environment, real  # noqa: E402  pylint: disable=wrong-import-position,import-error

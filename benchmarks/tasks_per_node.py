@@ -32,14 +32,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-# The checkout's conftest makes it importable as ansible_collections.gpufleet.lifecycle.
-import conftest as _root_conftest  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
-
-sys.path.remove(ROOT)
-del sys.modules['conftest']
-sys.path.insert(0, os.path.join(ROOT, 'tests', 'integration'))
+from _checkout import ROOT  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 from conftest import SIM, ansible_environment  # noqa: E402  pylint: disable=wrong-import-position,import-error
 

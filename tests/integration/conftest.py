@@ -185,6 +185,31 @@ def drift_stand_ins(fleet, listing):
                                                'rc': 18})
 
 
+# A node's final states in a run's ledger (the rollout's FINAL).
+FINAL_STATES = ('done', 'rolled_back', 'quarantined', 'deferred', 'left_alone')
+
+
+def admissions(events):
+    """The ledger's admission events, in order."""
+    return [event for event in events if event['node'] and event['to'] == 'admitted']
+
+
+def in_flight_over_time(events):
+    """[(event, set of nodes in flight after it)] in ledger order (the ledger is appended under its lock: its order is the truth)."""
+    flying = set()
+    timeline = []
+    for event in events:
+        node = event['node']
+        if node is None:
+            continue
+        if event['to'] == 'admitted':
+            flying.add(node)
+        elif event['to'] in FINAL_STATES or event['to'] == 'pending':
+            flying.discard(node)
+        timeline.append((event, set(flying)))
+    return timeline
+
+
 def run_playbook(playbook, inventory, *arguments):
     """Run ansible-playbook and return its PlayResult."""
     process = subprocess.run(['ansible-playbook', '-i', inventory, playbook] + list(arguments),

@@ -30,7 +30,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, SIM, ansible_environment, fleet_up, require_root
+from conftest import ROOT, SIM, admissions, ansible_environment, fleet_up, in_flight_over_time, require_root
 
 sys.path.insert(0, os.path.join(SIM, 'slurm'))
 sys.path.insert(0, os.path.join(SIM, 'kube'))
@@ -168,26 +168,6 @@ def members_of(run_dir, run_id):
         document = json.load(handle)
     assert document['run_id'] == run_id, document
     return document['members']
-
-
-def admissions(events):
-    return [event for event in events if event['node'] and event['to'] == 'admitted']
-
-
-def in_flight_over_time(events):
-    """[(event, set of nodes in flight after it)] in ledger order (appended under the run's lock: its order is the truth)."""
-    flying = set()
-    timeline = []
-    for event in events:
-        node = event['node']
-        if node is None:
-            continue
-        if event['to'] == 'admitted':
-            flying.add(node)
-        elif event['to'] in FINAL or event['to'] == 'pending':
-            flying.discard(node)
-        timeline.append((event, set(flying)))
-    return timeline
 
 
 def run_events(events, to):

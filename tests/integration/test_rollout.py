@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, SIM, ansible_environment, fleet_up
+from conftest import ROOT, SIM, admissions, ansible_environment, fleet_up, in_flight_over_time
 
 sys.path.insert(0, os.path.join(SIM, 'slurm'))
 sys.path.insert(0, os.path.join(SIM, 'kube'))
@@ -92,26 +92,6 @@ def ledger(run_dir, run_id=None):
     # The reader's rule: state.json (written at run events) and the snapshots, plus the events after them.
     state = _ledger.RunLedger.open(_ledger.FileBackend(run_dir), run_id).state
     return events, state
-
-
-def in_flight_over_time(events):
-    """[(event, set of nodes in flight after it)] in ledger order (the ledger is appended under its lock: its order is the truth)."""
-    flying = set()
-    timeline = []
-    for event in events:
-        node = event['node']
-        if node is None:
-            continue
-        if event['to'] == 'admitted':
-            flying.add(node)
-        elif event['to'] in FINAL or event['to'] == 'pending':
-            flying.discard(node)
-        timeline.append((event, set(flying)))
-    return timeline
-
-
-def admissions(events):
-    return [event for event in events if event['node'] and event['to'] == 'admitted']
 
 
 def failures(process):
