@@ -23,6 +23,7 @@ ARGUMENT_SPEC = dict(
     facts=dict(type='dict'),
     fail_on_broken=dict(type='bool', default=False),
     fail_on_drift=dict(type='bool', default=False),
+    driver_flavor=dict(type='str', choices=['server', 'open', 'cuda-drivers']),
 )
 
 
@@ -81,7 +82,7 @@ class ActionModule(ActionBase):
         try:
             pins = self._load_pin(args)
             facts = self._facts(args, task_vars, result)
-            report = compute_drift(facts, pins['pin'])
+            report = compute_drift(facts, pins['pin'], driver_flavor=args['driver_flavor'] or None)
         except (PinError, DriftError) as exc:
             result.update(failed=True, msg='%s: %s' % (host, to_native(exc)))
             return result

@@ -226,7 +226,8 @@ class CallbackModule(CallbackBase):
         self._find_ledger((fields.get('args') or {}).get('ledger'))
         if _is_drift(data):
             host['drift'] = dict((key, data.get(key)) for key in ('status', 'drift', 'components', 'checked', 'not_applicable', 'unverified',
-                                                                  'health', 'health_reason', 'message', 'msg', 'pin'))
+                                                                  'health', 'health_reason', 'message', 'msg', 'pin', 'driver_source',
+                                                                  'driver_source_evidence'))
             self.play_kinds.setdefault(self.play_uuid, set()).add('drift')
         facts = data.get('ansible_facts') if isinstance(data.get('ansible_facts'), dict) else {}
         if isinstance(facts.get('node_validate_result'), dict):

@@ -13,6 +13,8 @@ description:
     this boot, the C(dcgmi diag) ladder, an optional NCCL C(all_reduce_perf) run) and returns the verdict with one entry per check.
   - Each failed check's message names the check, the GPU (index, PCI address, UUID) and the tool's own words.
   - A check that could not be verified fails.
+  - On a node without systemd (the facts' C(systemd) false) the service checks go by what nvidia-smi reports (persistence mode
+    per GPU, the per-GPU fabric state for Fabric Manager on NVSwitch systems), never failed only because systemctl is missing.
 author:
   - gpufleet.lifecycle maintainers (@gpufleet)
 options:
@@ -46,7 +48,10 @@ options:
     type: float
     default: 0
   persistenced:
-    description: Require C(nvidia-persistenced) to be active.
+    description:
+      - Require persistence mode - every GPU reports it Enabled (nvidia-smi, the facts' C(gpus[].persistence_mode)), or the
+        C(nvidia-persistenced) unit is active and no GPU reports it Disabled. Fails naming the GPUs that report Disabled, and when
+        neither answers; a node without systemd (the facts' C(systemd) false) is judged on what nvidia-smi reports.
     type: bool
     default: true
 '''

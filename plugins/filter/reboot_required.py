@@ -11,7 +11,8 @@ version_added: 0.1.0
 description:
   - True when the driver or the kernel packages changed in this run, an earlier run installed a kernel the node did not boot
     yet (C(pending_reboot) in the facts), or the pin's driver is not the loaded one yet (the node reads a driver/library
-    mismatch, no loaded driver, or a loaded driver other than the pinned one).
+    mismatch, no loaded driver, a loaded driver other than the pinned one, or with I(driver_flavor) a loaded kernel module of
+    the other flavor).
   - The one home of this rule is C(module_utils/_procedure.py) (C(reboot_required)); C(gpufleet.lifecycle.gpu_stack) sets
     C(gpu_stack_reboot_required) with this filter, C(gpufleet.lifecycle.node_upgrade) decides with the same function.
 author:
@@ -34,6 +35,12 @@ options:
     description: A check-mode run (nothing was installed, so a loaded driver other than the pin's is not counted).
     type: bool
     default: false
+  driver_flavor:
+    description:
+      - The driver flavor the converge installs (C(server), C(open), C(cuda-drivers)); a loaded module of the other flavor
+        (the facts' C(kernel_module_flavor)) needs a reboot. Empty - the flavor is not considered.
+    type: str
+    default: ''
 '''
 
 EXAMPLES = r'''
@@ -53,9 +60,9 @@ _value:
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._procedure import reboot_required as _reboot_required
 
 
-def reboot_required(facts, pin=None, changed_components=None, check_mode=False):
+def reboot_required(facts, pin=None, changed_components=None, check_mode=False, driver_flavor=''):
     changed = list(changed_components or [])
-    return _reboot_required(facts, pin, changed, check_mode=bool(check_mode))
+    return _reboot_required(facts, pin, changed, check_mode=bool(check_mode), driver_flavor=driver_flavor or None)
 
 
 class FilterModule:

@@ -11,6 +11,11 @@ The result always has ``status`` (``in_sync`` / ``drifted`` / ``broken``) and
 ``drift`` (component -> {expected, actual}, per GPU for VBIOS and GSP
 firmware).  A node whose facts say ``broken`` is reported broken with an empty
 ``drift``: a failed ``nvidia-smi`` is not a version.
+
+The driver flavor the operator chose (``server``, ``open``, ``cuda-drivers``: the roles' ``*_driver_flavor``; the pin
+has none) is compared, when given, as a component of its own, ``driver_flavor``: the loaded kernel module's flavor
+(``kernel_module_flavor`` of the facts, from ``/proc/driver/nvidia/version``) against the flavor that choice installs
+(:data:`MODULE_FLAVOR`).  A node on the pinned version but the wrong flavor is drifted, and a converge fixes it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,16 @@ COMPONENT_BANNERS = {
 FABRIC_MANAGER_PREFIX = 'nvidia-fabricmanager'
 PROC_DRIVER_VERSION = '/proc/driver/nvidia/version'
 
+# The kernel module flavor each driver flavor installs.  NVIDIA's driver installation guide (kernel-modules.html, R560 and
+# later, where the open flavor became the default): the open GPU kernel modules come with ``nvidia-open`` (apt
+# ``nvidia-driver-<branch>-open``, dnf stream ``<branch>-open``), the proprietary ones with ``cuda-drivers`` (dnf stream
+# ``<branch>-dkms``, ``kmod-nvidia-latest-dkms``); ``server`` is ``nvidia-driver-<branch>-server`` with ``nvidia-dkms-<branch>``,
+# the proprietary module.
+DRIVER_FLAVORS = ('server', 'open', 'cuda-drivers')
+MODULE_FLAVOR = {'server': 'proprietary', 'open': 'open', 'cuda-drivers': 'proprietary'}
+# Components a report lists, in order: the pin's, then the flavor (compared only when a driver flavor is given).
+REPORTED = COMPONENTS + ('driver_flavor',)
+
 STATUS_IN_SYNC = 'in_sync'
 STATUS_DRIFTED = 'drifted'
 STATUS_BROKEN = 'broken'
@@ -43,6 +58,17 @@ STATUS_NOT_CHECKED = 'not_checked'
 
 class DriftError(ValueError):
     """A pin or facts document that cannot be compared."""
+
+
+def module_flavor(driver_flavor, field='driver_flavor'):
+    """The kernel module flavor (``open`` / ``proprietary``) a driver flavor installs; None for None or ''.
+
+    Raises DriftError naming ``field`` for a flavor that is not one of :data:`DRIVER_FLAVORS`."""
+    if driver_flavor in (None, ''):
+        return None
+    if driver_flavor not in MODULE_FLAVOR:
+        raise DriftError('%s must be one of %s, got %s' % (field, ', '.join(DRIVER_FLAVORS), shown(driver_flavor)))
+    return MODULE_FLAVOR[driver_flavor]
 
 
 def normalize_pin(pin):
@@ -222,7 +248,7 @@ def _fabric_manager_applies(facts):
 
 
 _FACT_STRINGS = ('health_reason', 'health_message', 'package_manager', 'kernel', 'driver_version', 'kernel_module_version',
-                 'cuda_driver_version')
+                 'cuda_driver_version', 'kernel_module_flavor', 'driver_source', 'driver_source_evidence')
 _GPU_STRINGS = ('name', 'uuid', 'vbios_version', 'gsp_firmware_version')
 
 
@@ -268,20 +294,40 @@ def validate_facts(facts):
     return facts
 
 
-def compute_drift(facts, pin):
-    """Compare ``facts`` (the ``ansible_facts.gpufleet`` mapping) with ``pin``.
+def _flavor_component(facts, driver_flavor, result):
+    """Compare the loaded kernel module's flavor with the one ``driver_flavor`` installs (a node without a loaded driver, or
+    whose facts cannot tell the flavor, is drifted: actual null)."""
+    expected = module_flavor(driver_flavor)
+    actual = facts.get('kernel_module_flavor') if facts['health'] == 'ok' else None
+    entry = _scalar(expected, actual, actual == expected, PROC_DRIVER_VERSION)
+    result['checked'].append('driver_flavor')
+    if entry:
+        entry['driver_flavor'] = driver_flavor
+        result['drift']['driver_flavor'] = entry
+    result['components']['driver_flavor'] = {'status': STATUS_DRIFTED if entry else STATUS_IN_SYNC, 'expected': expected,
+                                             'actual': actual, 'source': PROC_DRIVER_VERSION, 'driver_flavor': driver_flavor}
 
-    Returns {'status', 'drift', 'checked', 'not_applicable', 'components', 'health', 'health_reason', 'message'}.
+
+def compute_drift(facts, pin, driver_flavor=None):
+    """Compare ``facts`` (the ``ansible_facts.gpufleet`` mapping) with ``pin``; with ``driver_flavor`` (``server``, ``open``,
+    ``cuda-drivers``) also the loaded kernel module's flavor (component ``driver_flavor``: ``open`` or ``proprietary``).
+
+    Returns {'status', 'drift', 'checked', 'not_applicable', 'components', 'health', 'health_reason', 'driver_source',
+    'driver_source_evidence', 'message'}; ``driver_source`` and its evidence are the facts' (where the loaded driver comes
+    from: ``host_package``, ``container``, ``runfile``, ``unowned``, or null without a driver).
     ``components`` has every pinned component: ``status`` (``in_sync``, ``drifted``, ``not_applicable``, ``unverified``
     on a broken node), ``expected``, ``actual`` (for ``vbios``/``gsp_firmware`` the distinct versions of the GPUs, and
     ``gpus``: the drifted GPUs) and ``source``: what a report shows for in-sync components too.
     """
     validate_facts(facts)
     pin = normalize_pin(pin)
+    module_flavor(driver_flavor)
     health = facts['health']
     result = {
         'health': health,
         'health_reason': facts.get('health_reason'),
+        'driver_source': facts.get('driver_source'),
+        'driver_source_evidence': facts.get('driver_source_evidence'),
         'drift': {},
         'checked': [],
         'not_applicable': [],
@@ -294,6 +340,10 @@ def compute_drift(facts, pin):
         result['unverified'] = pinned
         for component in pinned:
             result['components'][component] = {'status': 'unverified', 'expected': pin[component], 'actual': None}
+        if driver_flavor:
+            result['unverified'].append('driver_flavor')
+            result['components']['driver_flavor'] = {'status': 'unverified', 'expected': module_flavor(driver_flavor), 'actual': None,
+                                                     'driver_flavor': driver_flavor}
         return result
 
     scheme = facts.get('package_manager') or 'dpkg'
@@ -331,9 +381,11 @@ def compute_drift(facts, pin):
             result['drift'][component] = entry
         result['components'][component] = {'status': STATUS_DRIFTED if entry else STATUS_IN_SYNC, 'expected': expected,
                                            'actual': actual, 'source': source}
+    if driver_flavor:
+        _flavor_component(facts, driver_flavor, result)
     result['status'] = STATUS_DRIFTED if result['drift'] else STATUS_IN_SYNC
     if result['drift']:
-        result['message'] = 'drifted from the pin: %s' % ', '.join(component for component in COMPONENTS if component in result['drift'])
+        result['message'] = 'drifted from the pin: %s' % ', '.join(component for component in REPORTED if component in result['drift'])
     elif not result['checked']:
         result['status'] = STATUS_NOT_CHECKED
         result['message'] = 'nothing the pin names can be compared on this node (pinned: %s; not applicable here: %s)' % (
@@ -347,7 +399,7 @@ def render_diff(result):
     """Before/after texts for Ansible's --diff: actual values before, pinned values after."""
     before = []
     after = []
-    for component in COMPONENTS:
+    for component in REPORTED:
         entry = result['drift'].get(component)
         if entry is None:
             continue

@@ -12,6 +12,15 @@ facts schema and classifies the node's health:
   version mismatch, cannot talk to the driver, no devices, GPU lost,
   nvidia-smi hung, unreadable output, nvidia-smi missing next to an installed driver);
 * ``absent``  no NVIDIA driver at all.
+
+and says where the driver came from (``driver_source``, with ``driver_source_evidence`` naming the files that decided):
+
+* ``container``     the GPU Operator's driver root ``/run/nvidia/driver`` is populated;
+* ``host_package``  a driver package is installed (dpkg or rpm);
+* ``runfile``       NVIDIA's runfile installer left its uninstaller or its log;
+* ``unowned``       a driver is there (the nvidia module loaded, its ``/proc/driver/nvidia/version``, or an nvidia-smi)
+  but no package, operator root or installer claims it: a driver tree mounted into the machine, a hand copy;
+* null              no NVIDIA driver and no claim of one.
 """
 
 from __future__ import annotations
@@ -36,6 +45,21 @@ DRIVER_PACKAGE = re.compile(
     r'^(nvidia-driver|cuda-drivers|nvidia-kernel-(open|source|common)|nvidia-dkms|kmod-nvidia|'
     r'libnvidia-compute|libnvidia-gl|nvidia-open|nvidia-utils|nvidia-kernel-open-dkms|nvidia-headless)', re.IGNORECASE)
 SERVICES = ('nvidia-fabricmanager', 'nvidia-persistenced', 'nvidia-dcgm', 'dcgm')
+# Which driver package names the evidence of a host_package node: the driver's own package before its libraries.
+_DRIVER_PACKAGE_RANK = ('nvidia-driver', 'cuda-drivers', 'nvidia-open', 'kmod-nvidia', 'nvidia-kernel-open-dkms', 'nvidia-dkms',
+                        'nvidia-kernel', 'nvidia-headless', 'nvidia-utils', 'libnvidia-compute', 'libnvidia-gl')
+
+# Where a driver's origin shows (the gatherers in _gather read these; the evidence names them).
+GPU_OPERATOR_DRIVER_ROOT = '/run/nvidia/driver'
+RUNFILE_UNINSTALLER = '/usr/bin/nvidia-uninstall'
+RUNFILE_INSTALLER_LOG = '/var/log/nvidia-installer.log'
+PROC_DRIVER_VERSION = '/proc/driver/nvidia/version'
+DRIVER_SOURCES = ('container', 'host_package', 'runfile', 'unowned')
+# A driver tree: ``<root>/bin/nvidia-smi`` beside ``<root>/version`` (a mounted tree such as /usr/local/nvidia).
+DRIVER_TREE_SMI = '/bin/nvidia-smi'
+DRIVER_TREE_VERSION_LIMIT = 4096
+# What systemctl prints where systemd is not PID 1 (a container, a VM started by another init): the node has no systemd.
+NO_SYSTEMD = ('System has not been booted with systemd as init system', 'Failed to connect to bus')
 
 HEALTH_OK = 'ok'
 HEALTH_BROKEN = 'broken'
@@ -146,13 +170,107 @@ def _tools(raw):
     }
 
 
-def _driver_source(raw, packages):
+def driver_tree_root(nvidia_smi_path):
+    """The driver tree an nvidia-smi at ``<root>/bin/nvidia-smi`` belongs to (``<root>``; ``/`` for ``/bin/nvidia-smi``), else None.
+
+    The gatherers read ``<root>/version`` (at most DRIVER_TREE_VERSION_LIMIT bytes) when it is a readable file.
+    """
+    if not nvidia_smi_path or not nvidia_smi_path.endswith(DRIVER_TREE_SMI):
+        return None
+    return nvidia_smi_path[:-len(DRIVER_TREE_SMI)] or '/'
+
+
+def driver_tree_version_path(root):
+    return root.rstrip('/') + '/version'
+
+
+def _driver_tree(raw):
+    """``{'path', 'version'}`` when nvidia-smi lives in a driver tree whose ``version`` file was read, else None."""
+    text = raw.get('driver_tree_version')
+    root = driver_tree_root((raw.get('nvidia_smi') or {}).get('path'))
+    if text is None or root is None:
+        return None
+    lines = _command.to_text(text).splitlines()
+    first = lines[0].strip() if lines else ''
+    return {'path': _command.escape_controls(root, keep_newlines=False),
+            'version': _command.escape_controls(first, keep_newlines=False) if first else None}
+
+
+def _driver_package(packages):
+    """The (name, version) of the driver package that names a host_package node's evidence, None when there is none."""
+    names = [name for name in packages if DRIVER_PACKAGE.match(name)]
+    if not names:
+        return None
+
+    def rank(name):
+        lowered = name.lower()
+        return (next((index for index, prefix in enumerate(_DRIVER_PACKAGE_RANK) if lowered.startswith(prefix)), len(_DRIVER_PACKAGE_RANK)), name)
+
+    name = min(names, key=rank)
+    return name, packages[name]
+
+
+def _driver_source(raw, packages, manager, package_error, kernel_module_loaded, kernel_module_version, tree):
+    """``(driver_source, evidence)``: where the node's driver came from, in precedence order, and what decided it."""
     if raw.get('gpu_operator_driver_root'):
-        return 'container'
-    if any(DRIVER_PACKAGE.match(name) for name in packages):
-        return 'host_package'
-    if raw.get('runfile_uninstaller'):
-        return 'runfile'
+        return 'container', "%s is populated (the GPU Operator's driver root)" % GPU_OPERATOR_DRIVER_ROOT
+    package = _driver_package(packages)
+    if package:
+        return 'host_package', 'package %s%s (%s)' % (package[0], ' %s' % package[1] if package[1] else '', manager)
+    runfile = [path for key, path in (('runfile_uninstaller', RUNFILE_UNINSTALLER), ('runfile_installer_log', RUNFILE_INSTALLER_LOG))
+               if raw.get(key)]
+    if runfile:
+        return 'runfile', "%s (NVIDIA's runfile installer)" % ', '.join(runfile)
+    smi = (raw.get('nvidia_smi') or {}).get('path')
+    if not (kernel_module_loaded or raw.get('proc_driver_version') or raw.get('nvidia_smi') is not None):
+        return None, None
+    found = []
+    if smi:
+        found.append('nvidia-smi at %s' % smi)
+    if kernel_module_version:
+        found.append('loaded nvidia module %s (%s)' % (kernel_module_version, PROC_DRIVER_VERSION))
+    elif raw.get('proc_driver_version'):
+        found.append('%s present' % PROC_DRIVER_VERSION)
+    elif kernel_module_loaded:
+        found.append('nvidia module loaded (/proc/modules)')
+    if tree:
+        found.append('driver tree %s (%s: %s)' % (tree['path'], driver_tree_version_path(tree['path']), tree['version'] or 'empty'))
+    if package_error:
+        packages_read = 'driver packages unknown (the package listing could not be read)'
+    elif manager:
+        packages_read = 'no driver package (%s)' % manager
+    else:
+        packages_read = 'driver packages not read (no dpkg-query or rpm, or gather_packages=false)'
+    found.append('%s, no GPU Operator root, no nvidia-installer log or nvidia-uninstall' % packages_read)
+    return 'unowned', '; '.join(found)
+
+
+def systemd_state(systemctl):
+    """Whether the node runs systemd, from the one ``systemctl show`` call (``raw['systemctl']``: None when not found).
+
+    True when it answered (rc 0); False without systemctl, or when it says systemd is not PID 1 / there is no bus
+    (NO_SYSTEMD, a container); None when it could not tell (timed out, another failure): never guessed.
+    """
+    if not systemctl:
+        return False
+    if systemctl.get('timed_out'):
+        return None
+    if systemctl.get('rc') == 0:
+        return True
+    stderr = _command.to_text(systemctl.get('stderr'))
+    if any(text in stderr for text in NO_SYSTEMD):
+        return False
+    return None
+
+
+def persistence_mode(gpus):
+    """``Disabled`` when any GPU reports Persistence Mode Disabled, ``Enabled`` when every GPU reports Enabled, else None
+    (no GPU, or a GPU that does not report it: never guessed).  ``gpus[].persistence_mode`` stays the per-GPU source."""
+    modes = [gpu.get('persistence_mode') for gpu in gpus or []]
+    if 'Disabled' in modes:
+        return 'Disabled'
+    if modes and all(mode == 'Enabled' for mode in modes):
+        return 'Enabled'
     return None
 
 
@@ -224,8 +342,11 @@ def assemble(raw):
 
     ``raw`` keys (all optional): nvidia_smi {path, rc, stdout, stderr, timed_out, command, timeout} (``_command.run``)
     or None when not found; packages {manager: dpkg|rpm, rc, stdout, stderr, timed_out, command, timeout};
-    banners {tool: text or None}; services {unit: systemctl show text}; kernel; proc_modules; proc_driver_version;
-    gpu_operator_driver_root; runfile_uninstaller; nvswitch_count; records {file name: text or None} (the state folder).
+    banners {tool: text or None}; services {unit: systemctl show text}; systemctl {path, rc, stderr, timed_out} of the
+    ``systemctl show`` call or None when there is no systemctl; kernel; proc_modules; proc_driver_version;
+    gpu_operator_driver_root; runfile_uninstaller; runfile_installer_log; driver_tree_version (the text of
+    ``<root>/version`` beside an nvidia-smi at ``<root>/bin/nvidia-smi``, None when not a readable file); nvswitch_count;
+    records {file name: text or None} (the state folder).
     """
     manager, packages, held, package_error = _package_facts(raw)
     kernel_module_loaded = module_loaded(raw.get('proc_modules'), 'nvidia')
@@ -236,6 +357,8 @@ def assemble(raw):
     if reason == 'driver_library_mismatch' and kernel_module_version and kernel_module_version not in (message or ''):
         message = '%s\nloaded kernel module: %s' % (message, kernel_module_version)
     services = dict((unit, parse_systemctl_show((raw.get('services') or {}).get(unit))) for unit in SERVICES)
+    tree = _driver_tree(raw)
+    source, evidence = _driver_source(raw, packages, manager, package_error, kernel_module_loaded, kernel_module_version, tree)
     facts = {
         'schema_version': SCHEMA_VERSION,
         'health': health,
@@ -253,9 +376,14 @@ def assemble(raw):
         'packages': packages,
         'held_packages': held,
         'package_error': _command.escape_controls(package_error) if package_error is not None else None,
-        'driver_source': _driver_source(raw, packages),
+        'driver_source': source,
+        'driver_source_evidence': _command.escape_controls(evidence, keep_newlines=False) if evidence is not None else None,
+        'driver_tree': tree,
+        'kernel_module_flavor': _nvidia_smi.parse_kernel_module_flavor(raw.get('proc_driver_version')),
+        'persistence_mode': persistence_mode(document['gpus'] if document else []),
         'tools': _tools(raw),
         'services': services,
+        'systemd': systemd_state(raw.get('systemctl')),
         'kernel': raw.get('kernel'),
         'nvidia_module_loaded': kernel_module_loaded,
         'nouveau_loaded': module_loaded(raw.get('proc_modules'), 'nouveau'),

@@ -19,6 +19,13 @@ controller passes as an argument (never inventory or user data), so tool output 
 runs under ``timeout -k 2`` (GNU coreutils; the script refuses to run without it); exit status 124 or 137 from
 ``timeout`` reads as timed out, 128+N as killed by signal N (as ``subprocess`` reports it, -N).  Output that came
 through a pseudo-terminal (``ssh -tt``, which Ansible uses for become) has its CR LF turned back into LF.
+
+A file the node lacks gives no section (the /proc files, the state files, a driver tree's ``version``), and so does a
+tool it lacks; ``parse`` reads a missing section, or a flag missing from ``flags``, as absent.  The script and ``parse``
+ship together, but that rule also lets the output of an earlier script parse: the real H100 capture in
+tests/unit/fixtures/real-outputs/h100-device predates the ``driver_tree_version`` section and the
+``runfile_installer_log`` flag (issue 27) and reads with no driver tree and no installer log.  Only ``kernel``,
+``flags`` and ``end`` must be there, and a tool's ``.path`` needs its ``.rc``: else ``GatherError``.
 """
 
 from __future__ import annotations
@@ -27,10 +34,14 @@ import functools
 import shlex
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _facts
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import RECORDS, SERVICES, SYSTEMCTL_PROPERTIES, split_systemctl_show
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages import DPKG_QUERY_FORMAT, RPM_QUERY_FORMAT
 
-GPU_OPERATOR_DRIVER_ROOT = '/run/nvidia/driver'
+# The node's paths both gatherers read (module attributes, read when gathering: the parity tests point them into a folder).
+GPU_OPERATOR_DRIVER_ROOT = _facts.GPU_OPERATOR_DRIVER_ROOT
+RUNFILE_UNINSTALLER = _facts.RUNFILE_UNINSTALLER
+RUNFILE_INSTALLER_LOG = _facts.RUNFILE_INSTALLER_LOG
 NVSWITCH_DEVICES = '/proc/driver/nvidia-nvswitch/devices'
 CUDA_BIN = '/usr/local/cuda/bin'
 # Version banners: tool -> arguments (looked up in CUDA_BIN first, then PATH, then the sbin folders).
@@ -42,7 +53,11 @@ BANNERS = {
     'nvcc': ['--version'],
 }
 NVIDIA_SMI_ARGS = ['-q', '-x']
-NVIDIA_SMI_DIRS = [GPU_OPERATOR_DRIVER_ROOT + '/usr/bin']
+# One systemctl call for every unit (one process less per unit on every node); systemd prints a block per unit with its Id.
+SYSTEMCTL_ARGS = ['show', SYSTEMCTL_PROPERTIES] + [unit + '.service' for unit in SERVICES]
+# Looked up before PATH: the GPU Operator's driver root, then a driver tree mounted at /usr/local/nvidia (a node whose
+# driver no package installed; a non-interactive PATH, as Ansible's, seldom has it).  A tree elsewhere is found on PATH.
+NVIDIA_SMI_DIRS = [GPU_OPERATOR_DRIVER_ROOT + '/usr/bin', '/usr/local/nvidia/bin']
 # Bytes read of a state file; more than this reads as False (too large to be a record).
 RECORD_LIMIT = 65536
 # gpu_facts' defaults: seconds per tool, seconds for the package listing, the folder gpu_stack records the pin in.
@@ -52,7 +67,8 @@ STATE_DIR = '/etc/gpufleet'
 # Seconds between SIGTERM and SIGKILL (``timeout -k``), as _command.KILL_GRACE.
 KILL_GRACE = 2
 
-_PROC_FILES = (('proc_modules', '/proc/modules'), ('proc_driver_version', '/proc/driver/nvidia/version'))
+PROC_FILES = (('proc_modules', '/proc/modules'), ('proc_driver_version', _facts.PROC_DRIVER_VERSION))
+DRIVER_TREE_VERSION_LIMIT = _facts.DRIVER_TREE_VERSION_LIMIT
 
 
 class GatherError(Exception):
@@ -63,12 +79,12 @@ class GatherError(Exception):
 def script():
     """The gathering script (POSIX sh); arguments: boundary, command timeout, package timeout, state folder.
 
-    Built from this file's, ``_facts``' and ``_packages``' constants only, never from inventory data; built once per process.
+    Built from this file's, ``_facts``' and ``_packages``' constants only, never from inventory data; built once per process
+    (``script.cache_clear()`` after changing a constant, as the tests do).
     """
     banners = '\n'.join('find_tool %s %s && run %s "$ct" "$found" %s' % (
         shlex.quote(tool), shlex.quote(CUDA_BIN), shlex.quote('banner:' + tool), shlex.join(arguments))
         for tool, arguments in BANNERS.items())
-    units = shlex.join(unit + '.service' for unit in SERVICES)
     return '\n'.join([
         'set -f',
         'LC_ALL=C; LANG=C; export LC_ALL LANG',
@@ -99,27 +115,39 @@ def script():
         '}',
         'readable() { [ -f "$2" ] && [ -r "$2" ] && { s "$1"; cat -- "$2"; }; }',
         's kernel; uname -r',
-    ] + ['readable %s %s' % (key, shlex.quote(path)) for key, path in _PROC_FILES] + [
+    ] + ['readable %s %s' % (key, shlex.quote(path)) for key, path in PROC_FILES] + [
         'root=0; [ -d %s ] && [ -n "$(ls -A %s 2>/dev/null)" ] && root=1' % ((shlex.quote(GPU_OPERATOR_DRIVER_ROOT),) * 2),
-        'runfile=0; [ -e /usr/bin/nvidia-uninstall ] && runfile=1',
+        'runfile=0; [ -e %s ] && runfile=1' % shlex.quote(RUNFILE_UNINSTALLER),
+        'installer_log=0; [ -e %s ] && installer_log=1' % shlex.quote(RUNFILE_INSTALLER_LOG),
         'set +f; switches=0',
         'if [ -d %s ]; then for _f in %s/* %s/.[!.]*; do [ -e "$_f" ] && switches=$((switches+1)); done' % (
             (shlex.quote(NVSWITCH_DEVICES),) * 3),
         'elif [ -d /dev ]; then for _f in /dev/nvidia-nvswitch[0-9]*; do',
         '  case ${_f#/dev/nvidia-nvswitch} in *[!0-9]*|"") ;; *) switches=$((switches+1)) ;; esac; done',
         'fi; set -f',
-        's flags; printf \'gpu_operator_driver_root=%s runfile_uninstaller=%s nvswitch_count=%s\' "$root" "$runfile" "$switches"',
+        's flags; printf \'gpu_operator_driver_root=%s runfile_uninstaller=%s runfile_installer_log=%s nvswitch_count=%s\' '
+        '"$root" "$runfile" "$installer_log" "$switches"',
     ] + ['[ -f "$sd"/%s ] && [ -r "$sd"/%s ] && { s %s; head -c %d -- "$sd"/%s; }' % (
         shlex.quote(name), shlex.quote(name), shlex.quote('record:' + name), RECORD_LIMIT + 1, shlex.quote(name))
         for name in RECORDS] + [
-        'find_tool nvidia-smi %s && run nvidia_smi "$ct" "$found" %s' % (shlex.join(NVIDIA_SMI_DIRS), shlex.join(NVIDIA_SMI_ARGS)),
+        'if find_tool nvidia-smi %s; then' % shlex.join(NVIDIA_SMI_DIRS),
+        # A driver tree: <root>/bin/nvidia-smi beside <root>/version (_facts.driver_tree_root).
+        '  case $found in *%s) _v=${found%%%s}; _v=${_v%%/}/version' % (_facts.DRIVER_TREE_SMI, _facts.DRIVER_TREE_SMI),
+        '    [ -f "$_v" ] && [ -r "$_v" ] && { s driver_tree_version; head -c %d -- "$_v"; } ;; esac' % DRIVER_TREE_VERSION_LIMIT,
+        '  run nvidia_smi "$ct" "$found" %s' % shlex.join(NVIDIA_SMI_ARGS),
+        'fi',
         'if find_tool dpkg-query; then run packages:dpkg "$pt" "$found" -W -f %s' % shlex.quote(DPKG_QUERY_FORMAT),
         'elif find_tool rpm; then run packages:rpm "$pt" "$found" -qa --qf %s; fi' % shlex.quote(RPM_QUERY_FORMAT),
         banners,
-        'find_tool systemctl && run services "$ct" "$found" show %s %s' % (shlex.quote(SYSTEMCTL_PROPERTIES), units),
+        'find_tool systemctl && run services "$ct" "$found" %s' % shlex.join(SYSTEMCTL_ARGS),
         's end',
         '',
     ])
+
+
+def systemctl_result(result):
+    """What ``_facts.systemd_state`` reads of the ``systemctl show`` call's result (either gatherer's)."""
+    return {'path': result['argv'][0], 'rc': result['rc'], 'stderr': result['stderr'], 'timed_out': result['timed_out']}
 
 
 def argv(text, boundary, command_timeout, package_timeout, state_dir):
@@ -183,15 +211,20 @@ def parse(data, boundary, command_timeout, package_timeout):
         'kernel': sections['kernel'].decode('utf-8', 'replace').strip('\n'),
         'gpu_operator_driver_root': flags.get('gpu_operator_driver_root') == '1',
         'runfile_uninstaller': flags.get('runfile_uninstaller') == '1',
+        'runfile_installer_log': flags.get('runfile_installer_log') == '1',
         'nvswitch_count': int(flags['nvswitch_count']) if flags.get('nvswitch_count', '').isdigit() else 0,
         'banners': {},
         'services': {},
         'records': {},
         'nvidia_smi': None,
+        'systemctl': None,
+        'driver_tree_version': None,
         'warnings': [],
     }
-    for key, _path in _PROC_FILES:
+    for key, _path in PROC_FILES:
         raw[key] = _read_text(sections[key]) if key in sections else None
+    if 'driver_tree_version' in sections:
+        raw['driver_tree_version'] = sections['driver_tree_version'].decode('utf-8', 'replace')
     for name in RECORDS:
         body = sections.get('record:' + name)
         raw['records'][name] = None if body is None else False if len(body) > RECORD_LIMIT else body.decode('utf-8', 'replace')
@@ -207,7 +240,8 @@ def parse(data, boundary, command_timeout, package_timeout):
                 result = _run_result(sections, 'banner:' + tool, arguments, command_timeout, raw['warnings'])
                 raw['banners'][tool] = None if result['timed_out'] else result['stdout'] + result['stderr']
         if 'services.path' in sections:
-            result = _run_result(sections, 'services', [], command_timeout, raw['warnings'])
+            result = _run_result(sections, 'services', SYSTEMCTL_ARGS, command_timeout, raw['warnings'])
+            raw['systemctl'] = systemctl_result(result)
             blocks = split_systemctl_show(result['stdout']) if result['rc'] == 0 else {}
             raw['services'] = dict((unit, blocks.get(unit)) for unit in SERVICES)
     except KeyError as exc:

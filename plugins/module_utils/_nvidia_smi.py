@@ -8,7 +8,8 @@ Pure functions, standard library only (no Ansible imports), Python 3.8+:
 * ``parse_xml(text)`` reads an ``nvidia-smi -q -x`` document (DTD v11, v12, v13 and later);
 * ``classify_failure(rc, stdout, stderr)`` names the reason an nvidia-smi run failed;
 * ``find_kernel_gpu_errors(text)`` picks NVRM error reports out of dmesg, kmsg or syslog text;
-* ``parse_proc_driver_version(text)`` reads the kernel module version from ``/proc/driver/nvidia/version``.
+* ``parse_proc_driver_version(text)`` reads the kernel module version from ``/proc/driver/nvidia/version``;
+* ``parse_kernel_module_flavor(text)`` reads from the same banner whether that module is the open or the proprietary one.
 
 The XML layout changes between drivers and GPUs (``power_readings`` became ``gpu_power_readings``,
 ECC counters moved from ``single_bit``/``double_bit`` to ``sram_*``/``dram_*``, ``remapped_rows`` is
@@ -488,3 +489,28 @@ def parse_proc_driver_version(text):
         return None
     match = _PROC_VERSION_RE.search(text)
     return match.group(1) if match else None
+
+
+# The banner's first line names the module's flavor and the architecture it was built for (real banners:
+# tests/unit/fixtures/real-outputs/proc, h100-device, h200-device; the aarch64 forms from Grace systems).
+_KERNEL_ARCHES = r'(?:x86_64|aarch64|ppc64le)'
+_FLAVOR_RES = (
+    ('open', re.compile(r'^NVRM version: NVIDIA UNIX Open Kernel Module for %s\s+\d' % _KERNEL_ARCHES)),
+    ('proprietary', re.compile(r'^NVRM version: NVIDIA UNIX %s Kernel Module\s+\d' % _KERNEL_ARCHES)),
+)
+
+
+def parse_kernel_module_flavor(text):
+    """``open`` or ``proprietary``: the flavor of the loaded module, from the first line of ``/proc/driver/nvidia/version``.
+
+    ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04 ...`` is the open module (``nvidia-open``,
+    ``nvidia-kernel-open-dkms``, ``kmod-nvidia-open-dkms``), ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05 ...``
+    the proprietary one; likewise for aarch64 and ppc64le.  None when there is no banner or it reads otherwise (never guessed).
+    """
+    lines = to_text(text).splitlines()
+    if not lines:
+        return None
+    for flavor, pattern in _FLAVOR_RES:
+        if pattern.match(lines[0]):
+            return flavor
+    return None

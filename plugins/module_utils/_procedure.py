@@ -8,13 +8,16 @@ the node or its scheduler (facts, drain, stack, reboot, power cycle, validate, u
 ``gpufleet.lifecycle.upgrade_phase`` action calls :func:`advance` with what the step returned, and the new state's
 ``next`` names the step the YAML runs next (:data:`STEPS`).  Every decision of the procedure is a rule here:
 
-* :func:`start`: go ahead, leave the node alone, or quarantine it before anything changes (:func:`precheck`);
+* :func:`start`: go ahead, leave the node alone, or quarantine it before anything changes (:func:`precheck`); one driver
+  source per node: a converge never installs a second driver (``_stack.driver_source_plan``), and takes a runfile driver
+  over only when the operator asks (``driver_takeover``);
 * after the drain: go on, or end ``left_alone`` / ``deferred`` (:data:`DRAIN_ENDS`);
 * after the converge: reboot (which way) or not (:func:`reboot_required`);
 * after the reboot: validate, power-cycle through the BMC, or quarantine a node that did not come back;
 * after the validation: uncordon, or fail (not fit for service);
 * after a failure (:func:`fail`): roll back to the previous pin, put the node back, validate it as it is, or quarantine
-  it, and after a second failure quarantine it (an RMA suspect when it failed on both pins) (:func:`rescue_plan`);
+  it, and after a second failure quarantine it (an RMA suspect when it failed on both pins) (:func:`rescue_plan`); after a
+  take-over there is no previous package pin: quarantine;
 * after the uncordon or the quarantine: the final state (:data:`STATES`).
 
 The state is a JSON-able mapping (the fact ``_node_upgrade``); :data:`PHASES` is the one vocabulary of phase names (the
@@ -25,6 +28,8 @@ the procedure fails closed, never guesses.
 import copy
 import re
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._drift import DRIVER_FLAVORS, MODULE_FLAVOR
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import RUNFILE_UNINSTALLER, driver_source_plan
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._upgrade import STATES, choice, versions
 # What the role's YAML runs next; ``end``: nothing, record the result.
 STEPS = ('drain', 'converge', 'reboot', 'power_cycle', 'validate', 'uncordon', 'quarantine', 'end')
@@ -71,6 +76,10 @@ _PHASE_OF = {
 _UNCORDON_STATE = {'': 'done', 'rollback': 'rolled_back', 'revalidate': 'deferred', 'restore': 'deferred'}
 SCHEDULER_REASON_MAX = 200
 RMA_REASON = 'suspect hardware (RMA): failed on the new pin and on the previous pin'
+# The operator's variable that asks for a take-over, as the messages name it (node_upgrade_driver_takeover defaults to it).
+TAKEOVER_VARIABLE = 'gpufleet_driver_takeover'
+TAKEOVER_QUARANTINE = ('no previous package pin to roll back to after the take-over (the driver before it was NVIDIA\'s runfile '
+                       'driver, removed by %s)' % RUNFILE_UNINSTALLER)
 
 
 class ProcedureError(ValueError):
@@ -90,11 +99,18 @@ def one_line(text, limit=SCHEDULER_REASON_MAX):
     return re.sub(r'[\x00-\x1f\x7f]+', ' ', str(text or '')).strip()[:limit]
 
 
-def precheck(facts, on_broken='quarantine', skip=False, resumed_from=''):
-    """Before the cordon: ``{'action': 'proceed'|'left_alone'|'quarantine', 'reason': str}``.
+def precheck(facts, on_broken='quarantine', skip=False, resumed_from='', pin=None, takeover=False):
+    """Before the cordon: ``{'action': 'proceed'|'left_alone'|'quarantine', 'reason': str, 'takeover': bool}``.
 
     A node whose driver the GPU Operator manages (``driver_source: container``) is left alone: a host
-    pin must not fight the operator.  A node that is already ``broken`` is never upgraded as if it were
+    pin must not fight the operator; ``takeover`` asked on such a node is a bad combination, left alone with a reason that
+    names the variable (nothing changed, no scheduler call: a failure here would go through the restore path's uncordon).
+    A converge (``pin``, None for a reboot-only run) never puts a second driver on a node (``_stack.driver_source_plan``):
+    on a ``runfile`` driver it is refused unless ``takeover`` (then ``takeover`` is True: the converge removes the runfile
+    driver with NVIDIA's uninstaller first), on an ``unowned`` driver it is refused whatever ``takeover`` says; the node is
+    left alone with the reason naming the source, its evidence and what to do.  A reboot-only run does not touch the driver:
+    it goes ahead on every source but ``container``.
+    A node that is already ``broken`` is never upgraded as if it were
     merely drifted: ``on_broken`` decides (``quarantine``: cordon it with the reason, ``skip``: leave it
     alone and report it, ``upgrade``: go ahead, the validation decides).  ``resumed_from``: the ledger state
     a crash caught the node in (the rollout gate's ``caught``); from :data:`CHANGED_BY_US` a broken node goes
@@ -104,20 +120,32 @@ def precheck(facts, on_broken='quarantine', skip=False, resumed_from=''):
     if not isinstance(facts, dict):
         raise ProcedureError('facts must be the gpufleet facts (a mapping)')
     if skip:
-        return {'action': 'left_alone', 'reason': 'skipped (node_upgrade_skip)'}
-    if facts.get('driver_source') == 'container':
-        return {'action': 'left_alone', 'reason': "the GPU Operator's driver container manages this node's driver (driver_source=container)"}
+        return {'action': 'left_alone', 'reason': 'skipped (node_upgrade_skip)', 'takeover': False}
+    source = facts.get('driver_source')
+    if source == 'container':
+        if takeover:
+            decided = driver_source_plan(pin, source, facts.get('driver_source_evidence') or '', True, 'node_upgrade_pin', TAKEOVER_VARIABLE)
+            return {'action': 'left_alone', 'reason': decided['reason'], 'takeover': False}
+        return {'action': 'left_alone', 'reason': "the GPU Operator's driver container manages this node's driver (driver_source=container)",
+                'takeover': False}
+    decided = {'action': 'proceed'}
+    if pin is not None:
+        decided = driver_source_plan(pin, source, facts.get('driver_source_evidence') or '', takeover, 'node_upgrade_pin', TAKEOVER_VARIABLE)
+        if decided['action'] == 'refuse':
+            return {'action': 'left_alone', 'reason': decided['reason'], 'takeover': False}
+    taking_over = decided['action'] == 'takeover'
     if facts.get('health') == 'broken':
         words = (facts.get('health_message') or '').strip().splitlines()
         if resumed_from in CHANGED_BY_US:
-            return {'action': 'proceed', 'reason': 'caught %s by a crash, %s as the upgrade left it: the procedure goes on and '
-                                                   'the validation decides' % (resumed_from, facts.get('health_reason'))}
+            return {'action': 'proceed', 'takeover': taking_over,
+                    'reason': 'caught %s by a crash, %s as the upgrade left it: the procedure goes on and the validation decides' % (
+                        resumed_from, facts.get('health_reason'))}
         reason = 'broken before the upgrade (%s): %s' % (facts.get('health_reason'), words[0] if words else 'no message')
         if on_broken == 'quarantine':
-            return {'action': 'quarantine', 'reason': reason}
+            return {'action': 'quarantine', 'reason': reason, 'takeover': False}
         if on_broken == 'skip':
-            return {'action': 'left_alone', 'reason': reason}
-    return {'action': 'proceed', 'reason': ''}
+            return {'action': 'left_alone', 'reason': reason, 'takeover': False}
+    return {'action': 'proceed', 'reason': decided.get('reason') or '', 'takeover': taking_over}
 
 
 def rescue_plan(phase, unreachable=False, pin_before=None, pin_after=None, previous_pin=None, target_pin=None,
@@ -158,11 +186,11 @@ def rescue_plan(phase, unreachable=False, pin_before=None, pin_after=None, previ
     return {'action': 'quarantine', 'reason': 'nothing to roll back (the node was already on the pin)', 'rollback_pin': None}
 
 
-def reboot_required(facts, pin, changed_components, check_mode=False):
+def reboot_required(facts, pin, changed_components, check_mode=False, driver_flavor=None):
     """Whether a converge to ``pin`` needs a reboot: the driver or the kernel packages changed in this run
     (``changed_components``: the components whose packages moved), an earlier run installed a kernel it did not boot yet
-    (``pending_reboot``), or a driver is not loaded yet (the node reads a driver/library mismatch, or a loaded driver
-    other than the pinned one)."""
+    (``pending_reboot``), or a driver is not loaded yet (the node reads a driver/library mismatch, a loaded driver
+    other than the pinned one, or, with ``driver_flavor``, a loaded kernel module of the other flavor)."""
     facts = facts if isinstance(facts, dict) else {}
     pin = pin if isinstance(pin, dict) else {}
     if set(changed_components or ()) & {'driver', 'kernel'}:
@@ -173,6 +201,9 @@ def reboot_required(facts, pin, changed_components, check_mode=False):
         return False
     if (facts.get('health_reason') or '') in ('driver_library_mismatch', 'driver_unreachable'):
         return True
+    loaded = facts.get('kernel_module_flavor')
+    if driver_flavor in MODULE_FLAVOR and loaded is not None and loaded != MODULE_FLAVOR[driver_flavor]:
+        return True
     return facts.get('driver_version') is not None and facts.get('driver_version') != str(pin['driver'])
 
 
@@ -182,16 +213,19 @@ def checked_options(options):
     _choice(options.get('on_broken', 'quarantine'), ON_BROKEN, 'node_upgrade_on_broken')
     _choice(options.get('reboot', 'required'), REBOOT_POLICIES, 'node_upgrade_reboot')
     _choice(options.get('reboot_method', 'os'), REBOOT_METHODS, 'node_upgrade_reboot_method')
+    if options.get('driver_flavor') not in (None, ''):
+        _choice(options['driver_flavor'], DRIVER_FLAVORS, 'node_upgrade_driver_flavor')
     defaults = {'on_broken': 'quarantine', 'skip': False, 'resumed_from': '', 'reboot': 'required', 'reboot_method': 'os',
                 'power_cycle_on_hang': True, 'bmc': False, 'reason': 'gpufleet upgrade', 'reboot_timeout': 1200, 'node': '',
-                'converge': True, 'previous_pin': False}
+                'converge': True, 'previous_pin': False, 'driver_takeover': False, 'driver_flavor': ''}
     for key, value in defaults.items():
         options.setdefault(key, value)
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise ProcedureError('options: unknown keys %s' % ', '.join(unknown))
-    for key in ('skip', 'power_cycle_on_hang', 'bmc', 'converge', 'previous_pin'):
+    for key in ('skip', 'power_cycle_on_hang', 'bmc', 'converge', 'previous_pin', 'driver_takeover'):
         options[key] = _truthy(options[key], 'options.' + key)
+    options['driver_flavor'] = options['driver_flavor'] or ''
     return options
 
 
@@ -243,6 +277,8 @@ def _new_state(options, now, owner, facts=None, pin=None):
         'target': pin, 'converge_pin': pin, 'pin_recorded': facts.get('recorded_pin'),
         'drain': None, 'reboot': {}, 'validation': None, 'rollback_validation': None, 'rollback_pin': None, 'rma': False,
         'unreachable': False, 'failure': '', 'why': '', 'read_on_failure': False, 'clear_reboot_mark': False, 'scheduler_reason': '',
+        # A take-over of a runfile driver (precheck): {'from', 'evidence', 'reason', 'uninstaller'}; None: none.
+        'takeover': None,
     }
 
 
@@ -251,8 +287,10 @@ def start(options, facts, pin, now, owner=''):
     None for a reboot-only run), and the first step: ``drain``, ``quarantine`` (broken before the upgrade) or ``end``
     (left alone).  ``options``: converge, previous_pin (the pin is the node's own previous pin: a node without one is left
     alone), on_broken, skip, resumed_from, reboot, reboot_method, power_cycle_on_hang, bmc (a BMC is configured), reason
-    (the scheduler's reason), reboot_timeout, node.  ``owner``: who runs the procedure (the action's ansible-playbook process), so
-    that a state left by another run (a fact cache keeps facts between runs) is never taken for this one's (:func:`fresh`)."""
+    (the scheduler's reason), reboot_timeout, node, driver_takeover (take a runfile driver over), driver_flavor (the flavor the
+    converge installs: its loaded module decides a reboot; '' the role's default).  ``owner``: who runs the procedure (the
+    action's ansible-playbook process), so that a state left by another run (a fact cache keeps facts between runs) is never
+    taken for this one's (:func:`fresh`)."""
     options = checked_options(options)
     facts = facts if isinstance(facts, dict) else None
     if facts is None:
@@ -261,9 +299,13 @@ def start(options, facts, pin, now, owner=''):
     state = _new_state(options, now, owner, facts, pin)
     if options['converge'] and options['previous_pin'] and pin is None and not options['skip']:
         return _end(state, 'left_alone', 'no previous pin recorded on the node (pin.previous.json): nothing to roll back to')
-    decided = precheck(facts, on_broken=options['on_broken'], skip=options['skip'], resumed_from=options['resumed_from'] or '')
+    decided = precheck(facts, on_broken=options['on_broken'], skip=options['skip'], resumed_from=options['resumed_from'] or '',
+                       pin=pin if options['converge'] else None, takeover=options['driver_takeover'])
     if decided['action'] == 'left_alone':
         return _end(state, 'left_alone', decided['reason'])
+    if decided['takeover']:
+        state['takeover'] = {'from': facts.get('driver_source'), 'evidence': facts.get('driver_source_evidence') or '',
+                             'reason': decided['reason'], 'uninstaller': None}
     if decided['action'] == 'quarantine':
         state['why'] = decided['reason']
         return _enter(state, 'quarantine', now)
@@ -294,12 +336,16 @@ def _after_drain(state, outcome, now):
 
 def _after_converge(state, outcome, now):
     """``outcome``: ``facts`` (the node's gpufleet facts before the converge), ``changed_components`` (the components whose
-    packages moved), ``check_mode``; ``{}`` for a reboot-only run (nothing converged)."""
+    packages moved), ``check_mode``, ``takeover`` (package_pin's ``package_pin_takeover``: what NVIDIA's uninstaller did,
+    ``{'ran': False}`` when it did not run); ``{}`` for a reboot-only run (nothing converged)."""
     outcome = outcome if isinstance(outcome, dict) else {}
     options = state['options']
+    ran = outcome.get('takeover') if isinstance(outcome.get('takeover'), dict) and outcome['takeover'].get('ran') else None
+    if state.get('takeover') is not None and ran and not state['recovering']:
+        state['takeover']['uninstaller'] = dict((key, value) for key, value in ran.items() if key != 'ran')
     state['reboot'] = {'method': options['reboot_method'], 'rebooted': False, 'fallback': '', 'power_cycled': False}
     needed = bool(outcome) and reboot_required(outcome.get('facts'), state['converge_pin'], outcome.get('changed_components'),
-                                               check_mode=bool(outcome.get('check_mode')))
+                                               check_mode=bool(outcome.get('check_mode')), driver_flavor=options.get('driver_flavor'))
     if options['reboot'] == 'always' or needed:
         return _enter(state, 'reboot', now)
     return _enter(state, 'validate', now)
@@ -451,6 +497,10 @@ def fail(state, message, facts_now=None, validation=None, now=None, options=None
     if state['phase'] == 'validate' and isinstance(validation, dict):
         state['validation'] = validation
     state['failure'] = failure
+    if state.get('takeover') is not None and state['phase'] not in BEFORE_CHANGE and not _takeover_untouched(state, facts_now):
+        # The take-over began (or the node could not be read): the runfile driver it removed came from no package pin.
+        state['why'] = '%s: %s' % (TAKEOVER_QUARANTINE, failure)
+        return _enter(state, 'quarantine', now)
     plan = rescue_plan(state['phase'], unreachable=state['unreachable'], pin_before=state['pin_recorded'],
                        pin_after=facts_now.get('recorded_pin'), previous_pin=facts_now.get('previous_pin'), target_pin=state['target'],
                        validation_failed=_failed(state['validation']) and state['phase'] == 'validate',
@@ -468,6 +518,13 @@ def fail(state, message, facts_now=None, validation=None, now=None, options=None
         state['converge_pin'] = None
         return _enter(state, 'validate', now)
     return _enter(state, 'uncordon', now)
+
+
+def _takeover_untouched(state, facts_now):
+    """Whether a take-over's converge failed before it changed anything: in its pre-flight (gpu_stack records the pin, then
+    runs the uninstaller), so the node read after the failure still has the runfile driver and the pin recorded before."""
+    return (state['phase'] == 'converge' and bool(facts_now) and facts_now.get('driver_source') == 'runfile'
+            and facts_now.get('recorded_pin') == state['pin_recorded'])
 
 
 def facts_of(registered):
@@ -501,4 +558,5 @@ def result_fields(state, error=''):
         'rma': bool(state.get('rma')),
         'drain': state.get('drain'),
         'reboot': state.get('reboot') or {},
+        'takeover': state.get('takeover'),
     }

@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages impor
     parse_dnf_repoquery,
     parse_rpm_query,
 )
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._drift import MODULE_FLAVOR
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._components import DEFAULT_REVISIONS, INSTALLED, revision_problem, shown, type_name
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._versions import VersionError, matches_pin
 
@@ -28,9 +29,14 @@ __all__ = [
     'COMPONENTS',
     'DEFAULT_REVISIONS',
     'DRIVER_FLAVORS',
+    'DRIVER_SOURCES',
     'PACKAGE_MANAGERS',
+    'RUNFILE_UNINSTALLER',
+    'RUNFILE_UNINSTALL_ARGS',
     'StackError',
+    'driver_source_plan',
     'driver_stream',
+    'takeover_plan',
     'installed_from_dpkg',
     'installed_from_rpm',
     'parse_apt_cache_madison',
@@ -45,6 +51,10 @@ __all__ = [
 COMPONENTS = INSTALLED
 DRIVER_FLAVORS = ('server', 'open', 'cuda-drivers')
 PACKAGE_MANAGERS = ('apt', 'dnf')
+DRIVER_SOURCES = ('host_package', 'container', 'runfile', 'unowned')
+# NVIDIA's runfile installer installs its uninstaller here (nvidia-installer --uninstall); a take-over runs it with these arguments.
+RUNFILE_UNINSTALLER = '/usr/bin/nvidia-uninstall'
+RUNFILE_UNINSTALL_ARGS = ('--silent',)
 
 _VERSION_RE = {
     'kernel': re.compile(r'^[0-9][0-9A-Za-z.+_~-]*$'),
@@ -341,12 +351,36 @@ def _current(versions):
     return versions[-1] if versions else None
 
 
-def _strays(pin, manager, installed, targets, purge_other_branches):
-    """Installed packages that must go: other driver / Fabric Manager branches, the other DCGM family."""
+# The packages of each kernel-module flavor of one driver branch (``%s``: the branch), NVIDIA's and Ubuntu's names: a converge
+# to one flavor removes the other's, so that one driver remains (their DKMS packages both build a module named nvidia).
+_APT_FLAVOR_PACKAGES = {
+    'proprietary': ('nvidia-dkms-%s', 'nvidia-dkms-%s-server', 'nvidia-kernel-source-%s', 'nvidia-kernel-source-%s-server',
+                    'nvidia-driver-%s', 'nvidia-driver-%s-server', 'cuda-drivers-%s'),
+    'open': ('nvidia-dkms-%s-open', 'nvidia-dkms-%s-server-open', 'nvidia-kernel-source-%s-open', 'nvidia-kernel-source-%s-server-open',
+             'nvidia-driver-%s-open', 'nvidia-driver-%s-server-open', 'nvidia-open-%s', 'nvidia-open'),
+}
+_DNF_FLAVOR_PACKAGES = {
+    'proprietary': ('kmod-nvidia-latest-dkms', 'cuda-drivers', 'cuda-drivers-%s'),
+    'open': ('kmod-nvidia-open-dkms', 'nvidia-open', 'nvidia-open-%s'),
+}
+
+
+def other_flavor_packages(branch, manager, flavor):
+    """The package names of the other kernel-module flavor than the one driver ``flavor`` installs (``_drift.MODULE_FLAVOR``:
+    ``cuda-drivers`` is NVIDIA's proprietary meta package since R560, ``nvidia-open`` the open one), on driver ``branch``."""
+    other = 'proprietary' if MODULE_FLAVOR[flavor] == 'open' else 'open'
+    table = _APT_FLAVOR_PACKAGES if manager == 'apt' else _DNF_FLAVOR_PACKAGES
+    return set((pattern % branch) if '%s' in pattern else pattern for pattern in table[other])
+
+
+def _strays(pin, manager, installed, targets, purge_other_branches, flavor='server'):
+    """Installed packages that must go: other driver / Fabric Manager branches, the other kernel-module flavor of the pinned
+    branch (whatever ``purge_other_branches`` says: two flavors are two drivers), the other DCGM family."""
     names = set(target['name'] for target in targets)
     strays = []
     driver = pin.get('driver')
     fabric_manager = pin.get('fabric_manager')
+    other_flavor = other_flavor_packages(_branch(driver), manager, flavor) if driver else set()
     for name in sorted(installed):
         if name in names:
             continue
@@ -360,6 +394,9 @@ def _strays(pin, manager, installed, targets, purge_other_branches):
                 reason, component = 'Fabric Manager branch %s, not %s' % (fm_match.group(1), _branch(fabric_manager)), 'fabric_manager'
         elif driver and purge_other_branches and _DNF_DRIVER_OTHER_RE.match(name):
             reason, component = 'another driver source than branch %s' % _branch(driver), 'driver'
+        if reason is None and name in other_flavor:
+            reason, component = 'the %s kernel module, not the %s one of driver flavor %s' % (
+                'open' if MODULE_FLAVOR[flavor] == 'proprietary' else 'proprietary', MODULE_FLAVOR[flavor], flavor), 'driver'
         if pin.get('dcgm') and reason is None:
             major = int(pin['dcgm'].split('.', 1)[0])
             if (major < 4 and name in _DCGM4) or (major >= 4 and name == _DCGM3):
@@ -399,7 +436,7 @@ def plan(pin, manager, installed, flavor='server', revisions=None, package_versi
         item['held'] = target['name'] in held or (target['name'] in locks and (
             target['version'] is None or _matching([locks[target['name']]], target['version'], scheme) is not None))
         packages.append(item)
-    strays = _strays(pin, manager, installed, targets, purge_other_branches)
+    strays = _strays(pin, manager, installed, targets, purge_other_branches, flavor)
     missing = []
     if available is not None:
         for target in targets:
@@ -473,13 +510,101 @@ def named(message, name):
     return re.sub(r'^pin\b', name, message) if name and name != 'pin' else message
 
 
-def driver_source_problem(pin, driver_source, name='pin'):
-    """Why a pin cannot go to a node whose driver comes from ``driver_source`` ('' when it can): a pinned driver on a node
-    whose driver the GPU Operator's driver container manages would be a second driver on the node."""
-    if isinstance(pin, dict) and pin.get('driver') and driver_source == 'container':
-        return ("%s.driver: this node's driver comes from the GPU Operator's driver container (driver_source=container); "
-                "converge it through the GPU Operator, never a host driver as well" % name)
+def _touches_driver(pin, driver_source):
+    """The pin field that would install a driver (or, beside a driver no package manages, a kernel it was not built for)."""
+    pin = pin if isinstance(pin, dict) else {}
+    if pin.get('driver'):
+        return 'driver'
+    if driver_source in ('runfile', 'unowned') and pin.get('kernel'):
+        return 'kernel'
     return ''
+
+
+def driver_source_plan(pin, driver_source, evidence='', takeover=False, name='pin', takeover_name='driver_takeover'):
+    """What a converge to ``pin`` may do on a node whose loaded driver comes from ``driver_source`` (the facts' value, its
+    ``evidence`` the paths that decided it): ``{'action': 'proceed'|'takeover'|'refuse', 'reason': str, 'field': str}``.
+
+    One driver source per node, the one rule for ``gpu_stack``, ``nvidia_driver``, ``package_pin`` (through ``package_plan``)
+    and ``node_upgrade``'s pre-check:
+
+    * ``container`` (the GPU Operator's driver container): a pinned driver is refused; ``takeover`` asked on such a node is
+      a bad combination, refused naming ``takeover_name`` (a take-over removes a runfile driver, never the operator's);
+    * ``runfile`` (NVIDIA's ``.run`` installer): a pinned driver, or a pinned kernel the runfile's module was not built for,
+      is refused, unless ``takeover`` and the pin has a driver: then ``takeover`` (remove it with :data:`RUNFILE_UNINSTALLER`,
+      then the packages);
+    * ``unowned`` (a loaded driver no package, operator or installer log claims): refused, ``takeover`` or not (no
+      uninstaller knows what that tree installed: remove it first);
+    * ``host_package`` or none (no driver loaded): proceed (``takeover`` has nothing to take over).
+
+    Pins that install no driver (and no kernel beside a foreign driver) proceed on every source but the bad combination.
+    """
+    takeover = bool(takeover)
+    source = driver_source if driver_source not in ('', None) else None
+    field = _touches_driver(pin, source)
+    where = '%s=%s%s' % ('driver_source', source, (': %s' % evidence) if evidence else '')
+    label = '%s.%s: ' % (name, field) if field else ''
+    if source == 'container':
+        if takeover:
+            return {'action': 'refuse', 'field': takeover_name, 'reason': (
+                "%s=true on a node whose driver the GPU Operator's driver container manages (%s): a take-over removes a runfile "
+                "driver only; converge this node through the GPU Operator and leave %s false for it" % (takeover_name, where, takeover_name))}
+        if field == 'driver':
+            return {'action': 'refuse', 'field': '%s.driver' % name, 'reason': (
+                "%s.driver: this node's driver comes from the GPU Operator's driver container (driver_source=container); "
+                "converge it through the GPU Operator, never a host driver as well" % name)}
+        return {'action': 'proceed', 'field': '', 'reason': ''}
+    if not field or source in (None, 'host_package'):
+        return {'action': 'proceed', 'field': '', 'reason': ''}
+    what = ('installing the pinned driver packages would put a second driver on the node' if field == 'driver'
+            else 'the pinned kernel would boot without a driver (the loaded one was not installed by a package that builds it for a new kernel)')
+    if source == 'runfile':
+        if takeover and field == 'kernel':
+            return {'action': 'refuse', 'field': '%s.driver' % name, 'reason': (
+                "%s.driver: %s=true needs a pinned driver to install in place of NVIDIA's runfile driver (%s); this pin has a kernel "
+                "and no driver: add the driver to the pin, or leave %s false" % (name, takeover_name, where, takeover_name))}
+        if takeover:
+            return {'action': 'takeover', 'field': field, 'reason': (
+                "taking the node over from NVIDIA's runfile driver (%s): %s --silent removes it, then the pinned packages are "
+                "installed" % (where, RUNFILE_UNINSTALLER))}
+        return {'action': 'refuse', 'field': '%s.%s' % (name, field), 'reason': (
+            "%sthe driver came from NVIDIA's runfile installer (%s): %s; upgrade it with the runfile, or set %s=true to remove "
+            "it with nvidia-uninstall and install the packages" % (label, where, what, takeover_name))}
+    if source == 'unowned':
+        if takeover:
+            return {'action': 'refuse', 'field': takeover_name, 'reason': (
+                "%s%s=true cannot take this node over: its loaded driver is one no package, GPU Operator or installer log claims "
+                "(%s), and no uninstaller knows what that driver tree installed; remove the tree (and whatever mounts it) "
+                "first, then converge" % (label, takeover_name, where))}
+        return {'action': 'refuse', 'field': '%s.%s' % (name, field), 'reason': (
+            "%sthe loaded driver is one no package, GPU Operator or installer log claims (%s): %s; remove that driver tree "
+            "(and whatever mounts it) first, or keep this node off the package pin (%s=true does not apply: no uninstaller knows what "
+            "that tree installed)" % (label, where, what, takeover_name))}
+    return {'action': 'refuse', 'field': '%s.%s' % (name, field), 'reason': (
+        '%sdriver_source=%s is not a driver source this collection knows (host_package, container, runfile, unowned): '
+        'refused, never a guess' % (label, shown(source)))}
+
+
+def takeover_plan(decided, driver_source, evidence='', uninstaller=RUNFILE_UNINSTALLER, executable=True, takeover_name='driver_takeover'):
+    """The take-over :func:`driver_source_plan` decided (``decided``), as the converge carries it out: ``(takeover, refusal)``.
+
+    ``takeover``: ``{'from', 'evidence', 'reason', 'argv'}`` (NVIDIA's uninstaller with :data:`RUNFILE_UNINSTALL_ARGS`, an
+    argument list) or None when there is nothing to take over; ``refusal``: why it cannot start ('' when it can): the
+    uninstaller is not an ``executable`` file on the node."""
+    if decided.get('action') != 'takeover':
+        return None, ''
+    if not executable:
+        return None, ('%s=true: the take-over needs NVIDIA\'s uninstaller, and %s is not an executable file on the node '
+                      '(driver_source=%s%s); remove the runfile driver by hand, or leave %s false' % (
+                          takeover_name, uninstaller, driver_source, (': %s' % evidence) if evidence else '', takeover_name))
+    return {'from': driver_source, 'evidence': evidence or '', 'reason': decided['reason'],
+            'argv': [uninstaller] + list(RUNFILE_UNINSTALL_ARGS)}, ''
+
+
+def driver_source_problem(pin, driver_source, name='pin', evidence='', takeover=False, takeover_name='driver_takeover'):
+    """Why a pin cannot go to a node whose driver comes from ``driver_source`` ('' when it can): :func:`driver_source_plan`'s
+    refusal, in one line."""
+    decided = driver_source_plan(pin, driver_source, evidence=evidence, takeover=takeover, name=name, takeover_name=takeover_name)
+    return decided['reason'] if decided['action'] == 'refuse' else ''
 
 
 def missing_problem(missing, name='pin'):

@@ -62,11 +62,21 @@ def _checks(validation):
             for check in validation.get('checks') or []]
 
 
+def _takeover(takeover):
+    """The take-over as the result shows it: from (the driver source taken over), evidence, and what the uninstaller did
+    (command, rc, the last lines of its output; null when it did not run)."""
+    if not isinstance(takeover, dict):
+        return None
+    ran = takeover.get('uninstaller') if isinstance(takeover.get('uninstaller'), dict) else None
+    return {'from': takeover.get('from'), 'evidence': takeover.get('evidence') or '', 'uninstaller': ran}
+
+
 def result(state, phase, reason='', marks=None, end=None, facts_before=None, facts_after=None, validation=None,
            rollback_validation=None, pin=None, rollback_pin=None, rma=False, scheduler=None, drain=None, reboot=None,
-           versions_before=None):
+           versions_before=None, takeover=None):
     """The documented ``node_upgrade_result``; ``versions_before`` (what :func:`versions` read at the start) instead of
-    ``facts_before``."""
+    ``facts_before``; ``takeover``: the procedure's take-over of a runfile driver (None when there was none).  ``driver_source``
+    and ``driver_source_evidence``: where the node's driver comes from after the run (its facts then; null when not read)."""
     choice(state, STATES, 'state')
     seconds = phase_seconds(marks, end)
     return {
@@ -84,6 +94,9 @@ def result(state, phase, reason='', marks=None, end=None, facts_before=None, fac
         'scheduler': scheduler,
         'drain': drain,
         'reboot': reboot,
+        'takeover': _takeover(takeover),
+        'driver_source': facts_after.get('driver_source') if isinstance(facts_after, dict) else None,
+        'driver_source_evidence': facts_after.get('driver_source_evidence') if isinstance(facts_after, dict) else None,
         'seconds': seconds,
         'total_seconds': round(sum(seconds.values()), 1),
     }

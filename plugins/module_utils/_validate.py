@@ -166,24 +166,57 @@ def _service(facts, unit):
     return service.get('active'), service.get('sub')
 
 
-def _fabric(facts):
-    if not (facts.get('nvswitch_count') or 0):
-        return []
-    checks = []
-    active, sub = _service(facts, 'nvidia-fabricmanager')
-    if active == 'active':
-        checks.append(_check('fabric_manager', True, 'nvidia-fabricmanager is active (%d NVSwitch)' % facts['nvswitch_count']))
-    else:
-        checks.append(_check('fabric_manager', False, 'nvidia-fabricmanager is %s%s on an NVSwitch system (%d NVSwitch)' % (
-            active or 'not installed', (' (%s)' % sub) if sub else '', facts['nvswitch_count'])))
+def _no_systemd(facts):
+    """The facts say the node has no systemctl (``systemd: false``): every unit reads null, which says nothing about the
+    daemons; the checks then go by what nvidia-smi reports."""
+    return facts.get('systemd') is False
+
+
+def _unit_words(facts, unit):
+    """How the unit reads, for a message: ``active``, ``inactive (dead)``, ``not installed``, or that there is no systemd."""
+    if _no_systemd(facts):
+        return 'no systemd to ask about %s' % unit
+    active, sub = _service(facts, unit)
+    return '%s is %s%s' % (unit, active or 'not installed', (' (%s)' % sub) if sub else '')
+
+
+def _fabric_states(facts):
+    """(GPUs that report a fabric state, messages of those whose state is not Completed / status not Success)."""
+    reported = []
     bad = []
     for gpu in facts.get('gpus') or []:
         fabric = gpu.get('fabric') or {}
         state = fabric.get('state')
         if state is None:
             continue
+        reported.append(gpu)
         if state != 'Completed' or (fabric.get('status') not in (None, 'Success')):
             bad.append('%s: fabric state %s, status %s' % (_gpu_label(gpu), state, fabric.get('status')))
+    return reported, bad
+
+
+def _fabric(facts):
+    """Fabric Manager on an NVSwitch system: its systemd unit active; on a node without systemd, nvidia-smi's per-GPU fabric
+    state (Completed on every GPU that reports one, and at least one reports it), never failed only for the missing systemctl."""
+    if not (facts.get('nvswitch_count') or 0):
+        return []
+    checks = []
+    count = facts['nvswitch_count']
+    reported, bad = _fabric_states(facts)
+    active, sub = _service(facts, 'nvidia-fabricmanager')
+    if active == 'active':
+        checks.append(_check('fabric_manager', True, 'nvidia-fabricmanager is active (%d NVSwitch)' % count))
+    elif _no_systemd(facts) and reported and not bad:
+        checks.append(_check('fabric_manager', True, 'no systemd to ask about nvidia-fabricmanager; nvidia-smi reports fabric state '
+                                                     'Completed on every GPU (%d NVSwitch)' % count))
+    elif _no_systemd(facts):
+        checks.append(_check('fabric_manager', False, 'no systemd to ask about nvidia-fabricmanager and %s: cannot tell that Fabric '
+                                                      'Manager runs on an NVSwitch system (%d NVSwitch)' % (
+                                                          'nvidia-smi reports no fabric state' if not reported else 'not every GPU '
+                                                          'reports fabric state Completed', count)))
+    else:
+        checks.append(_check('fabric_manager', False, 'nvidia-fabricmanager is %s%s on an NVSwitch system (%d NVSwitch)' % (
+            active or 'not installed', (' (%s)' % sub) if sub else '', count)))
     if bad:
         checks.append(_check('fabric_state', False, '; '.join(bad)))
     elif facts.get('health') == 'ok':
@@ -193,11 +226,41 @@ def _fabric(facts):
     return checks
 
 
+def _persistence_modes(facts):
+    """``[(gpu, 'Enabled'|'Disabled'|None)]`` as nvidia-smi reports each GPU's persistence mode (the facts' gpus[]); when no
+    GPU carries one, the node-wide ``persistence_mode`` (Enabled: every GPU; Disabled: some GPU) stands for all of them."""
+    gpus = facts.get('gpus') or []
+    modes = [(gpu, gpu.get('persistence_mode')) for gpu in gpus]
+    node_wide = facts.get('persistence_mode')
+    if not any(mode for dummy, mode in modes) and node_wide in ('Enabled', 'Disabled'):
+        return [(gpu, node_wide) for gpu in gpus] or [({'index': 'any'}, node_wide)]
+    return modes
+
+
 def _persistenced(facts):
-    active, sub = _service(facts, 'nvidia-persistenced')
+    """Persistence mode: what nvidia-smi reports per GPU first, the nvidia-persistenced unit as one source among others.
+
+    Passes when every GPU reports Enabled (whatever keeps it: nvidia-persistenced with or without systemd, or nvidia-smi -pm 1),
+    or when the unit is active and no GPU reports Disabled; fails naming the GPUs that report Disabled, and when neither
+    nvidia-smi nor the unit answers (a node without systemd is never failed only because systemctl is missing, nor passed
+    blindly)."""
+    modes = _persistence_modes(facts)
+    disabled = [gpu for gpu, mode in modes if mode == 'Disabled']
+    active, dummy = _service(facts, 'nvidia-persistenced')
+    unit = _unit_words(facts, 'nvidia-persistenced')
+    if disabled:
+        return _check('persistenced', False, 'persistence mode is Disabled on %s (nvidia-smi); %s' % (
+            ', '.join(_gpu_label(gpu) for gpu in disabled), unit))
+    if modes and all(mode == 'Enabled' for dummy, mode in modes):
+        return _check('persistenced', True, 'persistence mode Enabled on every GPU (%d, nvidia-smi); %s' % (len(modes), unit))
     if active == 'active':
-        return _check('persistenced', True, 'nvidia-persistenced is active')
-    return _check('persistenced', False, 'nvidia-persistenced is %s%s' % (active or 'not installed', (' (%s)' % sub) if sub else ''))
+        unknown = [gpu for gpu, mode in modes if mode is None]
+        return _check('persistenced', True, 'nvidia-persistenced is active%s' % (
+            '; nvidia-smi reports no persistence mode for %d GPU(s)' % len(unknown) if unknown else ''))
+    unknown = [gpu for gpu, mode in modes if mode is None]
+    what = ('nvidia-smi reports no persistence mode for %s' % ', '.join(_gpu_label(gpu) for gpu in unknown) if unknown
+            else 'nvidia-smi lists no GPU')
+    return _check('persistenced', False, 'cannot confirm persistence mode: %s and %s' % (what, unit))
 
 
 def _diag_failures(result, facts):

@@ -21,6 +21,12 @@ description:
     the version nvidia-smi reports (C(source) C(nvidia-smi)).
   - A node whose facts say C(broken) is reported C(broken), never drifted. A node with no driver at all (C(absent)) is drifted
     when a driver is pinned.
+  - With I(driver_flavor), the loaded kernel module's flavor is a component of its own, C(driver_flavor) - C(open) expected for
+    the C(open) flavor, C(proprietary) for C(server) and C(cuda-drivers) - read from the module's banner in
+    C(/proc/driver/nvidia/version) (the facts' C(kernel_module_flavor)). A node on the pinned driver version with the other flavor is
+    drifted; a converge with that flavor installs it and removes the other flavor's packages.
+  - Every result names where the node's loaded driver comes from (RV(driver_source) and RV(driver_source_evidence), from the
+    facts), so the nightly report shows the nodes a package converge leaves alone (C(runfile), C(unowned), C(container)).
   - A pin that pins nothing (an empty or truncated file, every value empty) is an error naming the file. When the pin names
     components but none of them applies to this node (only Fabric Manager on a node without NVSwitch), the status is
     C(not_checked) with a warning, never C(in_sync).
@@ -79,6 +85,15 @@ options:
       - Fail the task when the node is drifted, or when nothing pinned could be checked on it (for gates that must stop a play).
     type: bool
     default: false
+  driver_flavor:
+    description:
+      - The driver flavor the node should run (the roles' C(gpu_stack_driver_flavor) / C(nvidia_driver_flavor); playbooks pass
+        C(gpufleet_driver_flavor)); the pin has no flavor. C(open) expects the open kernel module, C(server) and C(cuda-drivers)
+        the proprietary one (NVIDIA's C(cuda-drivers) meta package installs the proprietary module since R560, C(nvidia-open) the
+        open one).
+      - Not given (the default) - the flavor is not compared.
+    type: str
+    choices: [server, open, cuda-drivers]
 notes:
   - Errors in the pin (unknown component, malformed file, unterminated quote, a value that is not a version) name the file
     and line or the field and change nothing.
@@ -101,6 +116,13 @@ EXAMPLES = r'''
       dcgm: 4.1.0
       vbios:
         NVIDIA H100 80GB HBM3: 96.00.99.00.01
+  register: drift
+
+- name: Compare the driver and its kernel module flavor (Hopper nodes on the open module)
+  gpufleet.lifecycle.drift_check:
+    pin:
+      driver: 580.65.06
+    driver_flavor: open
   register: drift
 
 - name: Stop before touching a broken node
@@ -132,6 +154,8 @@ drift:
 components:
   description:
     - Every pinned component, also the ones in sync, for reports (the fleet_report callback reads this key, never the diff).
+    - With I(driver_flavor), C(driver_flavor) too - C(expected) C(open) or C(proprietary), C(actual) the loaded module's flavor
+      (null without a loaded driver), C(driver_flavor) the flavor asked for.
     - C(status) is C(in_sync), C(drifted), C(not_applicable), or C(unverified) (the node is broken); C(expected) is the pin;
       C(actual) the version read (null when not installed or unreadable), for C(vbios) and C(gsp_firmware) the sorted list of
       the distinct versions of the node's GPUs, with C(gpus) holding the drifted GPUs as in I(drift); C(source) where a
@@ -154,6 +178,19 @@ unverified:
   type: list
   elements: str
   returned: when status is broken
+driver_source:
+  description:
+    - Where the node's loaded driver comes from, from its facts - C(host_package), C(container) (the GPU Operator's driver
+      container), C(runfile) (NVIDIA's C(.run) installer), C(unowned) (a loaded driver no package, operator or installer log
+      claims), or null (no driver loaded). A package converge leaves C(container), C(runfile) and C(unowned) nodes alone.
+  type: str
+  returned: always
+  sample: unowned
+driver_source_evidence:
+  description: The paths that decided RV(driver_source), one line (null when the facts give none).
+  type: str
+  returned: always
+  sample: /usr/local/nvidia/bin/nvidia-smi, /usr/local/nvidia/version
 health:
   description: The node's health from its facts, C(ok), C(broken) or C(absent).
   type: str

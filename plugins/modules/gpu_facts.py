@@ -14,6 +14,9 @@ description:
   - Reads the installed NVIDIA packages with C(dpkg-query -W) (Debian family) or C(rpm -qa) (RHEL family), the version banners of
     C(dcgmi), C(nvidia-ctk), C(nvidia-container-cli), C(nv-fabricmanager) and C(nvcc), the state of the C(nvidia-fabricmanager),
     C(nvidia-persistenced) and DCGM services, the kernel release, and whether the C(nvidia) and C(nouveau) kernel modules are loaded.
+  - Says where the driver came from (C(driver_source)) and what decided it (C(driver_source_evidence)), the loaded kernel module's
+    flavor (C(kernel_module_flavor)), a driver tree C(nvidia-smi) lives in (C(driver_tree)), whether the node runs systemd
+    (C(systemd)) and the GPUs' Persistence Mode (C(persistence_mode)).
   - A missing optional tool gives a null fact, never a failure.
   - Classifies the node as C(ok), C(broken) (driver/library version mismatch, cannot communicate with the driver, no devices found,
     GPU lost, unreadable output) with the reason and the tool's own words, or C(absent) (no NVIDIA driver installed).
@@ -31,8 +34,8 @@ attributes:
 options:
   nvidia_smi_path:
     description:
-      - Path of C(nvidia-smi). By default it is looked up on C(PATH), then in the GPU Operator's driver root
-        C(/run/nvidia/driver/usr/bin).
+      - Path of C(nvidia-smi). By default it is looked up in the GPU Operator's driver root C(/run/nvidia/driver/usr/bin), then in
+        the driver tree C(/usr/local/nvidia/bin), then on C(PATH), then in the C(sbin) folders.
     type: path
   gather_packages:
     description:
@@ -64,6 +67,8 @@ notes:
   - Commands run with C(LC_ALL=C) and argument lists only, each with a time limit; nothing is written on the node.
   - Output that is not UTF-8 is read with C(\xNN) escapes for the invalid bytes; control characters in C(health_message) and
     C(package_error) are escaped the same way.
+  - Nothing the node lacks fails the module; a node without systemd (a container, a VM with another init) has C(systemd=false)
+    and every service null.
   - C(nvswitch_count) counts the entries of C(/proc/driver/nvidia-nvswitch/devices), present on NVSwitch (HGX/DGX) systems,
     else the C(/dev/nvidia-nvswitchN) device nodes the driver creates.
 seealso:
@@ -225,9 +230,56 @@ ansible_facts:
           type: str
           returned: always
         driver_source:
-          description: C(host_package), C(container) (GPU Operator driver container), C(runfile), or null when no driver is found.
+          description:
+            - Where the node's NVIDIA driver came from, the first that applies.
+            - C(container) - the GPU Operator's driver root C(/run/nvidia/driver) is populated.
+            - C(host_package) - a driver package is installed (C(nvidia-driver-*), C(cuda-drivers), C(nvidia-open), C(kmod-nvidia*),
+              ...).
+            - C(runfile) - NVIDIA's runfile installer left C(/usr/bin/nvidia-uninstall) or C(/var/log/nvidia-installer.log).
+            - C(unowned) - a driver is there (the C(nvidia) module loaded, C(/proc/driver/nvidia/version), or an C(nvidia-smi))
+              but no package, GPU Operator root or installer claims it, such as a driver tree mounted at C(/usr/local/nvidia).
+            - Null only when there is no NVIDIA driver and nothing claims one.
           type: str
           returned: always
+          choices: [container, host_package, runfile, unowned]
+          sample: host_package
+        driver_source_evidence:
+          description:
+            - One line naming what decided I(driver_source), with the paths (control characters escaped); null when
+              I(driver_source) is null.
+          type: str
+          returned: always
+          sample: package nvidia-driver-580-server 580.65.06-0ubuntu1 (dpkg)
+        driver_tree:
+          description:
+            - The driver tree C(nvidia-smi) was found in, when it is C(<path>/bin/nvidia-smi) beside a readable file
+              C(<path>/version); null otherwise.
+          type: dict
+          returned: always
+          sample: {"path": "/usr/local/nvidia", "version": "580.159.04"}
+          contains:
+            path:
+              description: The tree's root.
+              type: str
+            version:
+              description: The first line of its C(version) file, null when that file is empty.
+              type: str
+        kernel_module_flavor:
+          description:
+            - C(open) or C(proprietary), the flavor of the loaded C(nvidia) kernel module, from the first line of
+              C(/proc/driver/nvidia/version) (C(NVIDIA UNIX Open Kernel Module for x86_64) is the open module,
+              C(NVIDIA UNIX x86_64 Kernel Module) the proprietary one; likewise for aarch64 and ppc64le).
+            - Null when no module is loaded or its banner reads otherwise.
+          type: str
+          returned: always
+          sample: open
+        persistence_mode:
+          description:
+            - C(Disabled) when any GPU reports Persistence Mode Disabled, C(Enabled) when every GPU reports it Enabled, else null
+              (no GPU, or a GPU that does not report it). Per GPU in I(gpus[].persistence_mode).
+          type: str
+          returned: always
+          sample: Enabled
         tools:
           description: Versions from the tools' own banners (null when a tool is missing) - C(dcgm), C(dcgm_hostengine), C(nvidia_ctk),
             C(nvidia_container_cli), C(fabric_manager), C(nvcc).
@@ -237,6 +289,14 @@ ansible_facts:
           description: State of C(nvidia-fabricmanager), C(nvidia-persistenced), C(nvidia-dcgm) and C(dcgm) as
             C(active)/C(sub)/C(enabled), null for a unit that does not exist.
           type: dict
+          returned: always
+        systemd:
+          description:
+            - Whether the node runs systemd. True when C(systemctl show) answered; false without C(systemctl), or when it says
+              systemd is not PID 1 or it cannot connect to the bus (a container); null when it could not tell (it timed out or
+              failed otherwise).
+            - Without systemd every service in I(services) is null.
+          type: bool
           returned: always
         kernel:
           description: Running kernel release.
@@ -277,10 +337,11 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _command
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import RECORDS, SERVICES, SYSTEMCTL_PROPERTIES, assemble, split_systemctl_show
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _gather
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import (
+    RECORDS, SERVICES, assemble, driver_tree_root, driver_tree_version_path, split_systemctl_show)
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._gather import (
-    BANNERS, COMMAND_TIMEOUT, CUDA_BIN, GPU_OPERATOR_DRIVER_ROOT, NVIDIA_SMI_ARGS, NVIDIA_SMI_DIRS, NVSWITCH_DEVICES, PACKAGE_TIMEOUT, RECORD_LIMIT,
-    STATE_DIR)
+    BANNERS, COMMAND_TIMEOUT, NVIDIA_SMI_ARGS, PACKAGE_TIMEOUT, RECORD_LIMIT, STATE_DIR, SYSTEMCTL_ARGS)
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages import DPKG_QUERY_FORMAT, RPM_QUERY_FORMAT
 
 
@@ -294,8 +355,8 @@ def _read(path):
 
 def _nvswitch_count():
     """NVSwitch devices the driver sees: /proc/driver/nvidia-nvswitch/devices, else the /dev/nvidia-nvswitchN nodes."""
-    if os.path.isdir(NVSWITCH_DEVICES):
-        return len(os.listdir(NVSWITCH_DEVICES))
+    if os.path.isdir(_gather.NVSWITCH_DEVICES):
+        return len(os.listdir(_gather.NVSWITCH_DEVICES))
     return len([name for name in os.listdir('/dev') if re.match(r'^nvidia-nvswitch[0-9]+$', name)]) if os.path.isdir('/dev') else 0
 
 
@@ -304,7 +365,8 @@ def _run(module, argv, timeout):
     try:
         result = _command.run(argv, timeout)
     except _command.CommandError as exc:
-        return {'rc': 127, 'stdout': '', 'stderr': str(exc), 'timed_out': False, 'command': _command.render(argv), 'timeout': timeout}
+        return {'argv': list(argv), 'rc': 127, 'stdout': '', 'stderr': str(exc), 'timed_out': False, 'command': _command.render(argv),
+                'timeout': timeout}
     if result['timed_out']:
         module.warn(_command.describe_timeout(result))
     return result
@@ -314,7 +376,7 @@ def _nvidia_smi_path(module):
     if module.params['nvidia_smi_path']:
         path = module.params['nvidia_smi_path']
         return path if os.path.exists(path) else None
-    return module.get_bin_path('nvidia-smi', opt_dirs=NVIDIA_SMI_DIRS)
+    return module.get_bin_path('nvidia-smi', opt_dirs=_gather.NVIDIA_SMI_DIRS)
 
 
 def _read_record(path):
@@ -332,23 +394,41 @@ def _read_record(path):
     return data.decode('utf-8', errors='replace')
 
 
+def _read_head(path, limit):
+    """The first ``limit`` bytes of a regular, readable file as text (invalid UTF-8 replaced), else None."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, 'rb') as handle:
+            return handle.read(limit).decode('utf-8', errors='replace')
+    except (IOError, OSError):
+        return None
+
+
 def gather(module):
     """Run the node's tools and read its files; return the raw outputs for ``assemble``."""
+    operator_root = _gather.GPU_OPERATOR_DRIVER_ROOT
     raw = {
         'kernel': platform.release(),
-        'proc_modules': _read('/proc/modules'),
-        'proc_driver_version': _read('/proc/driver/nvidia/version'),
-        'gpu_operator_driver_root': os.path.isdir(GPU_OPERATOR_DRIVER_ROOT) and bool(os.listdir(GPU_OPERATOR_DRIVER_ROOT)),
-        'runfile_uninstaller': os.path.exists('/usr/bin/nvidia-uninstall'),
+        'gpu_operator_driver_root': os.path.isdir(operator_root) and bool(os.listdir(operator_root)),
+        'runfile_uninstaller': os.path.exists(_gather.RUNFILE_UNINSTALLER),
+        'runfile_installer_log': os.path.exists(_gather.RUNFILE_INSTALLER_LOG),
         'nvswitch_count': _nvswitch_count(),
         'banners': {},
         'services': {},
+        'systemctl': None,
+        'driver_tree_version': None,
         'records': dict((name, _read_record(os.path.join(module.params['state_dir'], name))) for name in RECORDS),
     }
+    for key, path in _gather.PROC_FILES:
+        raw[key] = _read(path)
     timeout = module.params['command_timeout']
     smi = _nvidia_smi_path(module)
     raw['nvidia_smi'] = None
     if smi:
+        root = driver_tree_root(smi)
+        if root is not None:
+            raw['driver_tree_version'] = _read_head(driver_tree_version_path(root), _gather.DRIVER_TREE_VERSION_LIMIT)
         raw['nvidia_smi'] = _run(module, [smi] + NVIDIA_SMI_ARGS, timeout)
         raw['nvidia_smi']['path'] = smi
     if module.params['gather_packages']:
@@ -359,14 +439,14 @@ def gather(module):
         elif rpm:
             raw['packages'] = dict(_run(module, [rpm, '-qa', '--qf', RPM_QUERY_FORMAT], module.params['package_timeout']), manager='rpm')
     for tool, arguments in BANNERS.items():
-        path = module.get_bin_path(tool, opt_dirs=[CUDA_BIN])
+        path = module.get_bin_path(tool, opt_dirs=[_gather.CUDA_BIN])
         if path:
             result = _run(module, [path] + arguments, timeout)
             raw['banners'][tool] = None if result['timed_out'] else result['stdout'] + result['stderr']
     systemctl = module.get_bin_path('systemctl')
     if systemctl:
-        # One call for every unit (one process less per unit on every node); systemd prints a block per unit with its Id.
-        result = _run(module, [systemctl, 'show', SYSTEMCTL_PROPERTIES] + [unit + '.service' for unit in SERVICES], timeout)
+        result = _run(module, [systemctl] + SYSTEMCTL_ARGS, timeout)
+        raw['systemctl'] = _gather.systemctl_result(result)
         blocks = split_systemctl_show(result['stdout']) if result['rc'] == 0 else {}
         for unit in SERVICES:
             raw['services'][unit] = blocks.get(unit)

@@ -92,9 +92,34 @@ options:
     default: ''
   driver_source:
     description:
-      - Where the node's loaded driver comes from (C(driver_source) of C(gpufleet.lifecycle.gpu_facts)). A pin with a C(driver)
-        on a C(container) node (the GPU Operator's driver container) is refused - never a host driver as well.
+      - Where the node's loaded driver comes from (C(driver_source) of C(gpufleet.lifecycle.gpu_facts)); one driver source per node.
+      - C(container) (the GPU Operator's driver container) - a pin with a C(driver) is refused, never a host driver as well.
+      - C(runfile) (NVIDIA's C(.run) installer) - a pin with a C(driver), or a C(kernel) the runfile's module was not built for, is
+        refused unless I(driver_takeover); then RV(takeover) says how to remove it (NVIDIA's uninstaller) before the packages.
+      - C(unowned) (a loaded driver no package, operator or installer log claims) - such a pin is refused, I(driver_takeover) or not -
+        no uninstaller knows what that driver tree installed; remove it first.
+      - C(host_package) or not given - nothing refused.
     type: str
+  driver_source_evidence:
+    description: The facts' C(driver_source_evidence) (the paths that decided the source), quoted in a refusal.
+    type: str
+    default: ''
+  driver_takeover:
+    description:
+      - Take a C(runfile) node over - RV(takeover) gives the uninstaller's command, which C(gpufleet.lifecycle.package_pin) runs
+        before the packages. Refused (naming I(takeover_name)) on a C(container) node and on an C(unowned) one; nothing to do on
+        the others.
+      - The uninstaller must be on the node (I(driver_uninstaller)), else the take-over is refused before anything changes.
+    type: bool
+    default: false
+  takeover_name:
+    description: The variable I(driver_takeover) came from, named in messages (C(gpu_stack_driver_takeover)).
+    type: str
+    default: driver_takeover
+  driver_uninstaller:
+    description: Where NVIDIA's runfile installer put its uninstaller.
+    type: path
+    default: /usr/bin/nvidia-uninstall
   command_timeout:
     description:
       - Seconds each package-manager query may run before it is killed with its process group and the task fails naming
@@ -204,12 +229,22 @@ stream:
   returned: success
   type: dict
   sample: {name: nvidia-driver, enabled: 550-dkms, target: 580-dkms, change: true}
+takeover:
+  description:
+    - With I(driver_takeover) on a C(runfile) node whose pin installs a driver - C(from), C(evidence), C(reason) and C(argv), the
+      uninstaller's argument list (C(nvidia-uninstall --silent)) to run before the packages; null otherwise.
+  returned: success
+  type: dict
+  sample: {from: runfile, evidence: /usr/bin/nvidia-uninstall, argv: [/usr/bin/nvidia-uninstall, --silent],
+           reason: "taking the node over from NVIDIA's runfile driver ..."}
 current_pin:
   description: The installed driver, Fabric Manager, container toolkit and DCGM versions as a pin (the rollback target of a node without a recorded pin).
   returned: success
   type: dict
   sample: {driver: 550.127.05, container_toolkit: 1.16.2, dcgm: 3.3.9}
 '''
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -220,9 +255,10 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages impor
     PackageParseError,
 )
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import (
+    RUNFILE_UNINSTALLER,
     StackError,
     available_from_repoquery,
-    driver_source_problem,
+    driver_source_plan,
     missing_problem,
     named,
     installed_from_dpkg,
@@ -230,6 +266,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import (
     parse_apt_cache_madison,
     parse_versionlock_list,
     plan,
+    takeover_plan,
     target_packages,
     validate_pin,
 )
@@ -282,9 +319,12 @@ def _gather(module, manager, names):
     return gathered
 
 
-def _diff(result):
+def _diff(result, takeover=None):
     before = []
     after = []
+    if takeover:
+        before.append('driver: NVIDIA runfile driver (%s)' % (takeover['evidence'] or 'driver_source=runfile'))
+        after.append('driver: removed by %s' % ' '.join(takeover['argv']))
     if result['stream'] and result['stream']['change']:
         before.append('module nvidia-driver: %s' % (result['stream']['enabled'] or 'none'))
         after.append('module nvidia-driver: %s' % result['stream']['target'])
@@ -314,6 +354,10 @@ def main():
             name=dict(type='str', default='pin'),
             fail_on_missing=dict(type='bool', default=False),
             driver_source=dict(type='str'),
+            driver_source_evidence=dict(type='str', default=''),
+            driver_takeover=dict(type='bool', default=False),
+            takeover_name=dict(type='str', default='driver_takeover'),
+            driver_uninstaller=dict(type='path', default=RUNFILE_UNINSTALLER),
             host=dict(type='str', default=''),
         ),
         supports_check_mode=True,
@@ -325,9 +369,15 @@ def main():
         extra.pop('msg', None)
         module.fail_json(msg='%s: %s' % (params['host'], message) if params['host'] else message, **extra)
 
-    refused = driver_source_problem(params['pin'], params['driver_source'], params['name'])
-    if refused:
-        refuse(refused)
+    source = driver_source_plan(params['pin'], params['driver_source'], evidence=params['driver_source_evidence'] or '',
+                                takeover=params['driver_takeover'], name=params['name'], takeover_name=params['takeover_name'])
+    if source['action'] == 'refuse':
+        refuse(source['reason'], field=source['field'])
+    uninstaller = params['driver_uninstaller']
+    takeover, problem = takeover_plan(source, params['driver_source'], params['driver_source_evidence'] or '', uninstaller,
+                                      os.path.isfile(uninstaller) and os.access(uninstaller, os.X_OK), params['takeover_name'])
+    if problem:
+        refuse(problem, field=params['takeover_name'])
     try:
         pin = validate_pin(params['pin'])
         targets = target_packages(pin, manager, params['driver_flavor'], params['revisions'], params['package_versions'])
@@ -342,7 +392,10 @@ def main():
                       purge_other_branches=params['purge_other_branches'])
     except (PackageParseError, StackError) as error:
         module.fail_json(msg=str(error))
-    result['diff'] = _diff(result)
+    result['takeover'] = takeover
+    if takeover:
+        result['changed'] = True
+    result['diff'] = _diff(result, takeover)
     problem = missing_problem(result.get('missing'), params['name']) if params['fail_on_missing'] else ''
     if problem:
         refuse(problem, **result)

@@ -14,7 +14,9 @@ description:
     C(_node_upgrade); every decision is C(module_utils/_procedure.py), and its C(next) names the step the role's YAML runs next
     (C(drain), C(converge), C(reboot), C(power_cycle), C(validate), C(uncordon), C(quarantine), C(end)).
   - I(step=start) reads the pin (I(pin) or I(pin_file), with the collection's one pin reader, or with I(options.previous_pin) the
-    node's own previous pin from its C(gpufleet) facts) and decides, from the node's C(gpufleet) facts, whether to go ahead.
+    node's own previous pin from its C(gpufleet) facts) and decides, from the node's C(gpufleet) facts, whether to go ahead - one
+    driver source per node (a converge on a C(runfile) or C(unowned) driver, or any run on a GPU Operator node, ends
+    C(left_alone) with the reason; with I(options.driver_takeover) a C(runfile) node is taken over).
   - I(step=advance) takes what the step C(next) named returned (I(outcome)) and decides the next one; a node that failed the
     validation fails the task (not fit for service), which the role's rescue recovers.
   - I(step=fail) decides the recovery after a failed step (I(message), the node's facts read again I(facts), the I(validation));
@@ -49,7 +51,8 @@ options:
     description:
       - With I(step=start) (and I(step=fail) before a start) - the role's choices, C(previous_pin), C(on_broken), C(skip),
         C(resumed_from), C(reboot), C(reboot_method), C(power_cycle_on_hang), C(bmc) (a BMC is configured), C(reason),
-        C(reboot_timeout) (C(roles/node_upgrade/vars/main.yml)). A choice it does not know fails naming the variable.
+        C(reboot_timeout), C(driver_takeover) (take a C(runfile) driver over), C(driver_flavor) (the flavor the converge
+        installs) (C(roles/node_upgrade/vars/main.yml)). A choice it does not know fails naming the variable.
     type: dict
     default: {}
   converge:
@@ -66,7 +69,8 @@ options:
   outcome:
     description:
       - With I(step=advance), what the step returned - C(node_drain_result) after the drain; C(facts), C(changed_components),
-        C(check_mode) after the converge; C(reload) and C(os) (the registered results) after the reboot; C(back) after the
+        C(check_mode), C(takeover) (C(package_pin_takeover), what NVIDIA's uninstaller did) after the converge; C(reload) and
+        C(os) (the registered results) after the reboot; C(back) after the
         power cycle; C(node_validate_result) after the validation.
       - With I(step=result), C(node_drain_result) of the last step (the uncordon or the quarantine); ignored when its C(action)
         is not the step the procedure is at.

@@ -9,6 +9,9 @@ turns them, and the rollout ledger when there is one (:func:`read_ledger`), into
 ``fleet_report.schema.json`` (beside this file, :data:`SCHEMA_VERSION`).  :func:`merge` joins the reports of several
 ``--limit`` shards or AWX slices into one.  Renderers (Markdown, HTML, JUnit, Prometheus) are in ``_report_render``.
 
+A node's ``driver_source`` (``container``, ``host_package``, ``runfile``, ``unowned``; null when not reported) and its
+``driver_source_evidence`` are the ones its drift_check (or node_upgrade) result carries from the node's facts (schema 1.2).
+
 A node's ``state`` is the ledger's state when the ledger knows the node (the report agrees with the ledger), else
 its ``node_upgrade_result`` state, else its drift status (``in_sync``, ``drifted``, ``broken``, ``not_checked``),
 else what Ansible says (``unreachable``, ``failed``), else ``not_reported`` (or ``pending`` in a rollout).
@@ -21,10 +24,11 @@ import json
 import os
 import re
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import DRIVER_SOURCES
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
 
-SCHEMA_VERSION = '1.1'
+SCHEMA_VERSION = '1.2'
 SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fleet_report.schema.json')
 SCHEMA_ID = 'https://gpufleet.invalid/lifecycle/fleet_report.schema.json'
 DRIFT_STATUSES = ('in_sync', 'drifted', 'broken', 'not_checked')
@@ -265,6 +269,16 @@ def window_slots(ledger):
     return slots
 
 
+def _driver_source(host):
+    """``(driver_source, evidence)`` from the node's drift_check result, else its node_upgrade result; (None, None) when neither says."""
+    for key in ('drift', 'upgrade'):
+        result = host.get(key)
+        if isinstance(result, dict) and result.get('driver_source') in DRIVER_SOURCES:
+            evidence = result.get('driver_source_evidence')
+            return result['driver_source'], evidence if isinstance(evidence, str) else None
+    return None, None
+
+
 def build_node(name, host, ledger=None, rollout_run=False, end=None, slot=None):
     """The report's entry for one node from what the callback recorded (``host``) and the ledger (``slot``: window_slots)."""
     host = host or {}
@@ -278,6 +292,7 @@ def build_node(name, host, ledger=None, rollout_run=False, end=None, slot=None):
         'rollout': _rollout_section(host.get('upgrade')),
         'ledger': _ledger_section(record),
     }
+    node['driver_source'], node['driver_source_evidence'] = _driver_source(host)
     if node['ledger']:
         node['state'] = node['ledger']['state']
     elif node['rollout']:
@@ -308,8 +323,11 @@ def summarize(nodes, kind):
     progress = dict((key, 0) for key in PROGRESS)
     validation = {}
     phases = {}
+    sources = dict((source, 0) for source in DRIVER_SOURCES)
     for node in nodes:
         states[node['state']] = states.get(node['state'], 0) + 1
+        if node.get('driver_source') in sources:
+            sources[node['driver_source']] += 1
         if node['drift']:
             drift[node['drift']['status']] += 1
             for name, entry in node['drift']['components'].items():
@@ -337,6 +355,7 @@ def summarize(nodes, kind):
         'validation': [dict(level=level, batch=batch, slot=slot, **counts) for (level, batch, slot), counts in sorted(validation.items())],
         'phases': dict((phase, dict(entry, mean=round(entry['total'] / entry['nodes'], 1))) for phase, entry in sorted(phases.items())),
         'failures': len([node for node in nodes if node['failure']]),
+        'driver_sources': sources,
     }
 
 
@@ -391,7 +410,7 @@ def merge(reports):
     if not reports:
         raise ReportError('nothing to merge')
     versions = set(report.get('schema_version') for report in reports)
-    # 1.x only adds fields: reports of every 1.x merge (a node of an older one has no slot).
+    # 1.x only adds fields: reports of every 1.x merge (a node of an older one has no slot, one before 1.2 no driver_source).
     major = SCHEMA_VERSION.split('.', maxsplit=1)[0]
     if not all(str(version).split('.', maxsplit=1)[0] == major for version in versions):
         raise ReportError('cannot merge report schema versions %s (this collection writes %s)' % (

@@ -79,6 +79,18 @@ def drift_rows(report):
     return dict(sorted(rows.items()))
 
 
+def driver_source_counts(report):
+    """``[(source, nodes)]`` for the driver sources the report's nodes have (the summary's order), none when no node says."""
+    counts = report['summary'].get('driver_sources') or {}
+    return [(source, counts[source]) for source in _report.DRIVER_SOURCES if counts.get(source)]
+
+
+def foreign_driver_rows(report):
+    """The nodes whose driver no package or GPU Operator manages (``runfile``, ``unowned``), with what decided it."""
+    return [{'node': node['name'], 'driver_source': node['driver_source'], 'evidence': node.get('driver_source_evidence')}
+            for node in report['nodes'] if node.get('driver_source') in ('runfile', 'unowned')]
+
+
 def failure_rows(report):
     return [dict(node['failure'], node=node['name'], state=node['state']) for node in report['nodes'] if node['failure']]
 
@@ -145,11 +157,15 @@ def markdown(report):
         progress = summary['progress']
         lines += ['', 'Progress: %d done, %d in progress, %d failed, %d pending.' % (
             progress['done'], progress['in_progress'], progress['failed'], progress['pending'])]
-    lines += ['', '## Nodes', '', '| node | state | Ansible | drift | rollout phase | reason |', '| --- | --- | --- | --- | --- | --- |']
+    sources = driver_source_counts(report)
+    if sources:
+        lines += ['', 'Driver sources: %s.' % ', '.join('%d %s' % (count, source) for source, count in sources)]
+    lines += ['', '## Nodes', '', '| node | state | Ansible | drift | driver source | rollout phase | reason |',
+              '| --- | --- | --- | --- | --- | --- | --- |']
     for node in report['nodes']:
-        lines.append('| %s | %s | %s | %s | %s | %s |' % (
+        lines.append('| %s | %s | %s | %s | %s | %s | %s |' % (
             _cell(node['name']), _cell(node['state']), _cell(node['result']), _cell((node['drift'] or {}).get('status')),
-            _cell((node['rollout'] or {}).get('phase')), _cell((node['failure'] or {}).get('reason'))))
+            _cell(node.get('driver_source')), _cell((node['rollout'] or {}).get('phase')), _cell((node['failure'] or {}).get('reason'))))
     rows = drift_rows(report)
     if rows:
         lines += ['', '## Drift by component']
@@ -157,6 +173,10 @@ def markdown(report):
             lines += ['', '### %s' % component, '', '| node | status | actual | pinned |', '| --- | --- | --- | --- |']
             lines.extend('| %s | %s | %s | %s |' % (_cell(entry['node']), _cell(entry['status']), _cell(entry['actual']), _cell(entry['expected']))
                          for entry in entries)
+    foreign = foreign_driver_rows(report)
+    if foreign:
+        lines += ['', '## Drivers no package manages', '', '| node | driver source | evidence |', '| --- | --- | --- |']
+        lines.extend('| %s | %s | %s |' % (_cell(row['node']), _cell(row['driver_source']), _cell(row['evidence'])) for row in foreign)
     failures = failure_rows(report)
     lines += ['', '## Failures', '']
     if failures:
@@ -185,7 +205,8 @@ def html(report):
     with open(HTML_TEMPLATE, encoding='utf-8') as handle:
         template = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
                                       lstrip_blocks=True).from_string(handle.read())
-    return template.render(report=report, summary=report['summary'], run=report['run'], drift=drift_rows(report),
+    return template.render(report=report, summary=report['summary'], run=report['run'], drift=drift_rows(report), sources=driver_source_counts(report),
+                           foreign=foreign_driver_rows(report),
                            failures=failure_rows(report), phases=phase_columns(report), chart=timeline(report), duration=duration)
 
 
@@ -232,7 +253,8 @@ def junit(report):
                 'reason') or (node['drift'] or {}).get('message') or node['state']))
             counts['skipped'] += 1
         properties = ElementTree.SubElement(case, 'properties')
-        for key, value in (('state', node['state']), ('phase', (node['rollout'] or {}).get('phase')), ('batch', node['batch'])):
+        for key, value in (('state', node['state']), ('phase', (node['rollout'] or {}).get('phase')), ('batch', node['batch']),
+                           ('driver_source', node.get('driver_source'))):
             if value is not None:
                 ElementTree.SubElement(properties, 'property', name=key, value=str(value))
     for key, value in counts.items():
@@ -274,6 +296,10 @@ def metrics(report, playbook=None):
                       ('failed', 'failed (rolled back, quarantined)'), ('pending', 'pending (not admitted yet, deferred)')):
         Gauge('gpufleet_nodes_upgrades_%s' % key, 'Rollout nodes %s, as the GPU Operator counts its upgrades.' % text, ['playbook'],
               registry=registry).labels(label).set(summary['progress'][key])
+    sources = Gauge('gpufleet_driver_source_nodes', 'Nodes per driver source (container, host_package, runfile, unowned) from their facts.',
+                    ['playbook', 'source'], registry=registry)
+    for source in _report.DRIVER_SOURCES:
+        sources.labels(label, source).set((summary.get('driver_sources') or {}).get(source, 0))
     phases = Gauge('gpufleet_phase_seconds', 'Seconds nodes spent per node_upgrade phase (mean and max over the nodes).',
                    ['playbook', 'phase', 'stat'], registry=registry)
     for phase, entry in summary['phases'].items():

@@ -35,6 +35,7 @@ import os
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import DRIVER_FLAVORS
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _phase
@@ -44,7 +45,7 @@ SCHEDULERS = ('slurm', 'kubernetes', 'runai', 'none')
 # The reboot methods a rollout accepts (node_upgrade's own 'none' is for a node that needs no reboot, not for a rollout).
 REBOOT_METHODS = ('os', 'driver_reload', 'bmc')
 # The inputs a rollout checks on localhost before any node is reached: (variable, the values it takes).
-INPUTS = (('gpufleet_scheduler', SCHEDULERS), ('gpufleet_reboot_method', REBOOT_METHODS))
+INPUTS = (('gpufleet_scheduler', SCHEDULERS), ('gpufleet_reboot_method', REBOOT_METHODS), ('gpufleet_driver_flavor', DRIVER_FLAVORS))
 # Slurm base states and flags that make a node's GPUs unschedulable.
 _SLURM_OUT_BASE = frozenset(('DOWN', 'FUTURE', 'UNKNOWN'))
 _SLURM_OUT_FLAGS = frozenset(('DRAIN', 'NOT_RESPONDING', 'MAINTENANCE', 'RESERVED', 'POWERED_DOWN', 'POWERING_DOWN',
@@ -63,7 +64,8 @@ class InputError(RolloutError):
 
 
 def check_inputs(variables, run_dir='.'):
-    """Check the rollout's inputs where they enter (localhost, before any node): scheduler, reboot method, ledger backend.
+    """Check the rollout's inputs where they enter (localhost, before any node): scheduler, reboot method, driver flavor, ledger
+    backend.
 
     ``variables``: the ``gpufleet_*`` variables as set (missing or empty: the default).  Raises :class:`InputError` whose
     message starts with the variable's name, e.g. ``gpufleet_scheduler: 'slrum' is not a scheduler (...)``.

@@ -24,19 +24,6 @@ import catalog  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 FLEET_STATE = os.path.join(ROOT, 'build', 'sim-gpu-stack-fleet')
 PIN_580 = {'driver': '580.65.06', 'fabric_manager': '580.65.06', 'container_toolkit': '1.17.0', 'dcgm': '4.1.0'}
-PLAYBOOK = """---
-- name: Converge to the pin
-  hosts: "{{ target }}"
-  gather_facts: true
-  tasks:
-    - name: Apply the pin
-      ansible.builtin.include_role:
-        name: gpufleet.lifecycle.gpu_stack
-      vars:
-        gpu_stack_pin: "{{ pin }}"
-        gpu_stack_reboot: "{{ reboot | default(true) }}"
-        gpu_stack_reboot_boot_time_command: stat -c %Z /proc/1
-"""
 
 
 @pytest.fixture(scope='module')
@@ -45,10 +32,8 @@ def stack_fleet():
 
 
 @pytest.fixture(scope='module')
-def playbook(tmp_path_factory):
-    path = tmp_path_factory.mktemp('gpu_stack') / 'converge.yml'
-    path.write_text(PLAYBOOK, encoding='utf-8')
-    return str(path)
+def playbook():
+    return os.path.join(os.path.dirname(__file__), 'playbooks', 'gpu_stack_converge.yml')
 
 
 def converge(fleet, playbook, node, pin, *arguments):

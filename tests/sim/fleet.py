@@ -52,6 +52,7 @@ sys.path.insert(0, os.path.join(HERE, 'slurm'))
 
 from gpufleet_sim import state as node_state  # noqa: E402  pylint: disable=wrong-import-position
 import fleet_faults  # noqa: E402  pylint: disable=wrong-import-position
+import fleet_shapes  # noqa: E402  pylint: disable=wrong-import-position
 import kube_fleet  # noqa: E402  pylint: disable=wrong-import-position
 
 NODE_NAME = re.compile(r'^[a-z][a-z0-9-]{0,40}$')
@@ -961,9 +962,27 @@ class Fleet:
             settings['pod'] = kube_fleet.add_long_pod(os.path.join(self.state_dir, 'kube'), node, seconds)
 
     def reboot_node(self, node):
-        """Reboot a node the way its OS would (systemd inside the container), used by Slurm's RebootProgram."""
-        if self.podman('exec', self.container(node), 'systemctl', 'reboot', check=False).returncode != 0:
-            self.podman('restart', '-t', '5', self.container(node))
+        """Reboot a node the way its OS would (systemd inside the container), used by Slurm's RebootProgram.
+
+        A node shaped ``no-systemd`` keeps its systemctl out of sight (fleet_shapes.py): the private copy reboots it.
+        """
+        for systemctl in ('systemctl', fleet_shapes.PRIVATE_SYSTEMCTL):
+            if self.podman('exec', self.container(node), systemctl, 'reboot', check=False).returncode == 0:
+                return
+        self.podman('restart', '-t', '5', self.container(node))
+
+    def shape(self, node, shape=None, driver=None, is_open=False):
+        """Give ``node`` a shape real nodes come in (fleet_shapes.py); returns the steps taken and what the node is now."""
+        config = self.load() or {'nodes': {}}
+        if node not in config['nodes']:
+            raise FleetError('unknown node %s; nodes: %s' % (node, ', '.join(sorted(config['nodes'])) or 'none'))
+        spec = config['nodes'][node]
+        default = PROVISION[spec['branch']][0][1].split('-')[0]
+        try:
+            return fleet_shapes.apply(self, node, shape, driver, is_open, default_version=default,
+                                      operating_system=spec.get('os', 'debian12'))
+        except fleet_shapes.ShapeError as exc:
+            raise FleetError(str(exc)) from None
 
     def molecule_env(self, branch, profile, instance):
         """Build what a molecule scenario needs for one node from the simulated image; return its variables.
@@ -1022,6 +1041,12 @@ def main(argv=None):
     nccl = commands.add_parser('nccl-tests', help='install nccl-tests all_reduce_perf on nodes (or --remove it)')
     nccl.add_argument('nodes', nargs='+')
     nccl.add_argument('--remove', action='store_true')
+    shape = commands.add_parser('shape', help='give a node a shape real nodes come in: %s (tests/sim/README.md); '
+                                              'without SHAPE print what the node is (JSON)' % ', '.join(fleet_shapes.SHAPES))
+    shape.add_argument('node')
+    shape.add_argument('shape', nargs='?', choices=fleet_shapes.SHAPES)
+    shape.add_argument('--driver', help='driver release of the driver shapes (default: the node\'s driver)')
+    shape.add_argument('--open', action='store_true', help='the open kernel module (default: proprietary)')
     reboot = commands.add_parser('reboot-node', help='reboot one node (Slurm RebootProgram)')
     reboot.add_argument('node')
     molecule = commands.add_parser('molecule-env', help='prepare image and files for a molecule scenario; print its environment (JSON)')
@@ -1055,6 +1080,8 @@ def main(argv=None):
             print(json.dumps(fleet.set_fault(arguments.node, arguments.name, arguments.settings)))
         elif arguments.command == 'nccl-tests':
             print(json.dumps(fleet.nccl_tests(arguments.nodes, remove=arguments.remove)))
+        elif arguments.command == 'shape':
+            print(json.dumps(fleet.shape(arguments.node, arguments.shape, arguments.driver, arguments.open), indent=2, sort_keys=True))
         elif arguments.command == 'reboot-node':
             fleet.reboot_node(arguments.node)
         elif arguments.command == 'molecule-env':

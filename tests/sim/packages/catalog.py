@@ -31,10 +31,14 @@ Conflicts/Replaces DCGM 3 (``datacenter-gpu-manager``).
 Where this set is simpler than NVIDIA's (documented so nobody mistakes it for the real
 dependency graph):
 
-* ``nvidia-driver-<B>-server`` and ``-open`` depend on the un-suffixed pieces
+* ``nvidia-driver-<B>-server``, ``-open`` and ``-server-open`` depend on the un-suffixed pieces
   (``nvidia-utils-<B>`` ...) as NVIDIA's CUDA repository builds them, not on Ubuntu
   archive ``-server`` pieces; firmware, GL, X11, ``nvidia-kernel-source`` and
-  ``libnvidia-cfg1`` packages are left out.
+  ``libnvidia-cfg1`` packages are left out.  The kernel module comes in Ubuntu's four
+  DKMS flavours, ``nvidia-dkms-<B>`` and ``-server`` (proprietary), ``-open`` and
+  ``-server-open`` (the open module, ``OPEN=yes``), which exclude each other; the
+  ``-server`` meta keeps ``nvidia-dkms-<B>``, the ``-open`` meta ``nvidia-dkms-<B>-open``
+  and the ``-server-open`` meta ``nvidia-dkms-<B>-server-open``.
 * ``cuda-drivers-<B>`` depends on ``nvidia-driver-<B>-server (= V) | nvidia-driver-<B>-open (= V)``
   (apt picks the server driver unless the open one is installed or asked for).
 * ``cuda-toolkit-X-Y`` ships ``nvcc`` itself instead of depending on ``cuda-nvcc-X-Y``.
@@ -241,16 +245,17 @@ def driver_packages(upstream):
         _package('nvidia-kernel-common-%s' % branch, ubuntu, 'Shared files used with the kernel module', 'non-free/kernel',
                  provides=['nvidia-kernel-common'], conflicts=['nvidia-kernel-common'], replaces=['nvidia-kernel-common']),
     ]
-    for flavour, is_open in (('', False), ('-open', True)):
+    flavours = (('', False), ('-open', True), ('-server', False), ('-server-open', True))
+    for flavour, is_open in flavours:
         name = 'nvidia-dkms-%s%s' % (branch, flavour)
-        other = 'nvidia-dkms-%s%s' % (branch, '' if is_open else '-open')
+        others = ['nvidia-dkms-%s%s' % (branch, suffix) for suffix, _open in flavours if suffix != flavour]
         conf = ('PACKAGE_NAME=nvidia\nPACKAGE_VERSION=%s\nOPEN=%s\nBUILT_MODULE_NAME[0]="nvidia"\n'
                 'DEST_MODULE_LOCATION[0]="/updates/dkms"\nAUTOINSTALL="yes"\n' % (upstream, 'yes' if is_open else 'no'))
         packages.append(_package(
             name, ubuntu, 'NVIDIA DKMS package%s' % (' (open kernel module)' if is_open else ''), 'non-free/kernel',
             files=[_file('/usr/src/nvidia-%s/dkms.conf' % upstream, conf)],
             depends=['dkms', 'nvidia-kernel-common-%s %s' % (branch, same)],
-            provides=['nvidia-dkms-kernel'], conflicts=['nvidia-dkms-kernel', other], replaces=['nvidia-dkms-kernel', other],
+            provides=['nvidia-dkms-kernel'], conflicts=['nvidia-dkms-kernel'] + others, replaces=['nvidia-dkms-kernel'] + others,
             scripts=_dkms_scripts(upstream)))
     library = '%s/libnvidia-ml.so.%s' % (LIBDIR, upstream)
     packages += [
@@ -270,7 +275,8 @@ def driver_packages(upstream):
                  provides=['nvidia-compute-utils'], conflicts=['nvidia-compute-utils'], replaces=['nvidia-compute-utils'],
                  scripts=_service_scripts('nvidia-persistenced.service', enable=True)),
     ]
-    for flavour, dkms in (('-server', 'nvidia-dkms-%s' % branch), ('-open', 'nvidia-dkms-%s-open' % branch)):
+    for flavour, dkms in (('-server', 'nvidia-dkms-%s' % branch), ('-open', 'nvidia-dkms-%s-open' % branch),
+                          ('-server-open', 'nvidia-dkms-%s-server-open' % branch)):
         packages.append(_package(
             'nvidia-driver-%s%s' % (branch, flavour), ubuntu, 'NVIDIA driver metapackage (%s)' % flavour[1:], 'non-free/metapackages',
             depends=['%s %s' % (piece, same) for piece in (

@@ -692,7 +692,8 @@ def test_boot_loads_the_newest_kernels_module(tmp_path):
     assert node.run('boot').returncode == 0
     record = json.loads(node.read(state.BOOT_FILE))
     assert (record['kernel'], record['driver'], record['open']) == ('6.1.0-26-amd64', '580.65.06', True)
-    assert set(record) == {'kernel', 'driver', 'open', 'boot_id', 'booted_at'}
+    assert set(record) == {'kernel', 'driver', 'open', 'module', 'module_source', 'boot_id', 'booted_at'}
+    assert (record['module'], record['module_source']) == ('/lib/modules/6.1.0-26-amd64/updates/dkms/nvidia.ko', 'dkms')
     assert not node.exists(state.PERSISTENCED_PID) and not node.exists(state.FABRICMANAGER_PID)
     assert node.run('nvidia_smi', '-L').returncode == 0
     first_boot = record['boot_id']

@@ -528,6 +528,19 @@ def test_apt_open_driver(apt):
     assert process.returncode == 100
 
 
+def test_apt_open_flavours_as_ubuntu_names_them(apt, repo):
+    """Ubuntu's four DKMS flavours of a branch (nvidia-dkms-580, -server, -open, -server-open) exclude each other."""
+    inst, _removed = simulated(apt('install', 'nvidia-driver-580-server-open'))
+    assert inst['nvidia-dkms-580-server-open'] == '580.82.07-0ubuntu1'
+    assert not [name for name in inst if name.startswith('nvidia-dkms-') and name != 'nvidia-dkms-580-server-open']
+    conf = data_of(repo, record('nvidia-dkms-580-server-open', '580.65.06-0ubuntu1'))['/usr/src/nvidia-580.65.06/dkms.conf'][1]
+    assert 'OPEN=yes\n' in conf
+    conf = data_of(repo, record('nvidia-dkms-580-server', '580.65.06-0ubuntu1'))['/usr/src/nvidia-580.65.06/dkms.conf'][1]
+    assert 'OPEN=no\n' in conf
+    for pair in (('nvidia-dkms-580-server', 'nvidia-dkms-580-server-open'), ('nvidia-dkms-580', 'nvidia-dkms-580-server')):
+        assert apt('install', *pair).returncode == 100, pair
+
+
 def test_apt_cuda_drivers(apt):
     inst, _removed = simulated(apt('install', 'cuda-drivers-fabricmanager-550'))
     assert inst['nvidia-driver-550-server'] == '550.127.05-0ubuntu1'

@@ -4,13 +4,17 @@
 """The boot step of a simulated node (``gpufleet-sim-boot.service``, first unit of every boot).
 
 It "boots" the newest installed kernel (``boot/vmlinuz-*``, ``dpkg --compare-versions`` order),
-"loads" the nvidia module built for it (``lib/modules/<kernel>/updates/dkms/nvidia.ko``) or none,
+"loads" the nvidia module built for it or none: the DKMS build (``lib/modules/<kernel>/updates/dkms/nvidia.ko``), else
+the runfile installer's (``lib/modules/<kernel>/kernel/drivers/video/nvidia.ko``), else the module of a driver tree no
+package owns (``usr/local/nvidia/modules/nvidia.ko``, only when its ``kernel.release`` is the booted kernel; see
+:func:`state.find_module`),
 forgets the daemons of the previous boot (pid files under ``run/gpufleet-sim/``, the legacy
 ``nvidia-smi -pm`` setting), shows the kernel and the module where tools read them on metal
 (``run/gpufleet-sim/kernel-release`` for the node's ``uname()`` shim, ``proc/driver/nvidia/version`` while a
 module is loaded: :func:`state.publish`) and writes ``run/gpufleet-sim/boot.json``::
 
     {"kernel": "6.1.0-26-amd64", "driver": "550.127.05" or null, "open": false,
+     "module": "/lib/modules/6.1.0-26-amd64/updates/dkms/nvidia.ko" or null, "module_source": "dkms", "runfile", "tree" or null,
      "boot_id": "<uuid4>", "booted_at": 1732200000}
 
 With the ``reboot_hang`` fault it masks (``--runtime``, so only for this boot) and stops sshd, so
@@ -22,6 +26,7 @@ fault NODE xid`` appends it (tests/sim/fleet_faults.py).
 """
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -34,7 +39,16 @@ HANG_COMMANDS = (
     ['systemctl', 'mask', '--runtime', 'ssh.service', 'ssh.socket'],
     ['systemctl', '--no-block', 'stop', 'ssh.service', 'ssh.socket'],
 )
+# Where ``fleet shape NODE no-systemd`` keeps the node's systemctl out of sight (gpufleet_sim/shapes.py).
+PRIVATE_SYSTEMCTL = '/usr/libexec/gpufleet-sim/systemctl'
 PER_BOOT_FILES = (state.PERSISTENCED_PID, state.FABRICMANAGER_PID, state.PERSISTENCE_MODE_FILE, state.REBOOT_HANG_FILE)
+
+
+def _systemctl(command):
+    """``command`` with systemctl resolved: from PATH, else the private copy of a node without systemctl."""
+    if shutil.which(command[0]) is None and os.path.exists(PRIVATE_SYSTEMCTL):
+        return [PRIVATE_SYSTEMCTL] + command[1:]
+    return command
 
 
 def under_systemd():
@@ -57,7 +71,7 @@ def hang_ssh():
     if execute:
         for command in HANG_COMMANDS:
             try:
-                results.append(subprocess.call(command))
+                results.append(subprocess.call(_systemctl(command)))
             except OSError:
                 results.append(127)
     record = {'commands': [' '.join(command) for command in HANG_COMMANDS], 'executed': execute, 'results': results}
@@ -107,11 +121,15 @@ def boot(now=None):
         state.remove(relative)
     kernels = state.kernels()
     kernel = kernels[-1] if kernels else None
-    driver, is_open = state.read_module(kernel) if kernel else (None, False)
+    module = state.find_module(kernel)
+    driver = module['version'] if module else None
+    is_open = bool(module and module['open'])
     record = {
         'kernel': kernel,
         'driver': driver,
-        'open': bool(is_open) if driver else False,
+        'open': is_open,
+        'module': module['path'] if module else None,
+        'module_source': module['source'] if module else None,
         'boot_id': str(uuid.uuid4()),
         'booted_at': int(time.time() if now is None else now),
     }

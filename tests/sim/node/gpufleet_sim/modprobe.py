@@ -5,11 +5,12 @@
 
 ``modprobe -r nvidia`` unloads the simulated module (``boot.json`` ``driver`` becomes null, as after
 ``rmmod``); ``modprobe nvidia`` (or ``nvidia_uvm``, ``nvidia_drm``, ``nvidia_modeset``, ``nvidia_peermem``,
-which depend on it) loads the module built for the booted kernel, exactly as the boot step does, and
-records ``reloaded_at``; the boot id does not change.  ``/proc/driver/nvidia/version`` goes and comes with the
-module, as on metal (:func:`state.publish`).  The kmod messages and exit codes are the real ones:
-``modprobe: FATAL: Module nvidia is not in kernel.`` (rc 1) for an unload of a module that is not loaded,
-``modprobe: FATAL: Module nvidia not found in directory /lib/modules/<kernel>`` (rc 1) when none is built.
+which depend on it) loads the module built for the booted kernel, as the boot step does, and records
+``reloaded_at``; the boot id does not change.  Like kmod it finds modules under ``/lib/modules/<kernel>`` only: the DKMS
+build, else the runfile installer's (``kernel/drivers/video``); a driver tree's own module is not its business.
+``/proc/driver/nvidia/version`` goes and comes with the module, as on metal (:func:`state.publish`).  The kmod messages
+and exit codes are the real ones: ``modprobe: FATAL: Module nvidia is not in kernel.`` (rc 1) for an unload of a module
+that is not loaded, ``modprobe: FATAL: Module nvidia not found in directory /lib/modules/<kernel>`` (rc 1) when none is built.
 Any other module goes to the real ``/usr/sbin/modprobe`` or ``/sbin/modprobe`` when the node has one.
 """
 
@@ -35,8 +36,7 @@ def _unload(module, quiet):
             sys.stderr.write('modprobe: FATAL: Module %s is not in kernel.\n' % module)
         return 1
     if _name(module) == 'nvidia':
-        record['driver'] = None
-        record['open'] = False
+        record.update({'driver': None, 'open': False, 'module': None, 'module_source': None})
         record['unloaded_at'] = int(time.time())
         state.write_json(state.BOOT_FILE, record)
         state.publish(record)
@@ -48,12 +48,13 @@ def _load(module, quiet):
     if record.get('driver'):
         return 0
     kernel = record.get('kernel')
-    driver, is_open = state.read_module(kernel) if kernel else (None, False)
-    if not driver:
+    found = state.find_module(kernel, modprobe=True)
+    if not found:
         if not quiet:
             sys.stderr.write('modprobe: FATAL: Module %s not found in directory /lib/modules/%s\n' % (module, kernel or ''))
         return 1
-    record.update({'driver': driver, 'open': bool(is_open), 'reloaded_at': int(time.time())})
+    record.update({'driver': found['version'], 'open': bool(found['open']), 'module': found['path'], 'module_source': found['source'],
+                   'reloaded_at': int(time.time())})
     state.write_json(state.BOOT_FILE, record)
     state.publish(record)
     boot_step.make_device_nodes(state.load_hardware())

@@ -149,7 +149,9 @@ def describe(hardware, driver):
         limit = float(gpu.get('power_limit_w', 0))
         temp = 28 + (index * 3) % 7
         fabric = _fabric(hardware, gpu)
-        persistence = daemon_running or legacy.get(bus_id, False)
+        # Per GPU: an explicit ``nvidia-smi -i N -pm 0|1`` of this boot (which nvidia-smi forwards to the daemon while it
+        # runs), else enabled while nvidia-persistenced runs.
+        persistence = legacy[bus_id] if bus_id in legacy else daemon_running
         module_ids = model['module_ids']
         device_id = (gpu.get('pci_device_id') or '0x000010DE').upper().replace('0X', '')
         gpus.append({

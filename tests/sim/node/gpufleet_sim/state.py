@@ -24,6 +24,11 @@ path                                                      meaning
 ``usr/src/nvidia-<version>/dkms.conf``                    a DKMS module source (``PACKAGE_VERSION``,
                                                           ``OPEN``)
 ``lib/modules/<kernel>/updates/dkms/nvidia.ko``           a built module: ``<version>`` [`` open``]
+``lib/modules/<kernel>/kernel/drivers/video/nvidia.ko``   a module the runfile installer built (same content)
+``usr/local/nvidia/``                                     a driver tree no package owns (``bin/``, ``lib64/``,
+                                                          ``modules/nvidia.ko``, ``version``, ``kernel.release``)
+``var/log/nvidia-installer.log``, ``var/lib/nvidia/log``  the runfile installer's log and its record of what it
+                                                          installed (``runfile.py``)
 ``boot/vmlinuz-<kernel>``                                 an installed kernel
 ``run/gpufleet-sim/persistenced.pid``                     nvidia-persistenced runs (this boot)
 ``run/gpufleet-sim/fabricmanager.pid``                    nv-fabricmanager runs (this boot)
@@ -77,6 +82,17 @@ PROC_DRIVER_VERSION = 'proc/driver/nvidia/version'
 # The compiler the node's DKMS builds the module with (Debian bookworm's gcc, as `gcc -v` ends: with a space).
 NODE_GCC = 'gcc version 12.2.0 (Debian 12.2.0-14) '
 MODULE_SUBPATH = 'updates/dkms/nvidia.ko'
+# Where NVIDIA's runfile installer (without --dkms) puts the module it built for the running kernel.
+RUNFILE_MODULE_SUBPATH = 'kernel/drivers/video/nvidia.ko'
+# A driver tree no package owns (the H100 of issue 27): tools, libraries, its own module, version and kernel.release.
+DRIVER_TREE = 'usr/local/nvidia'
+TREE_NVML_LINK = 'usr/local/nvidia/lib64/libnvidia-ml.so.1'
+TREE_MODULE = 'usr/local/nvidia/modules/nvidia.ko'
+TREE_VERSION = 'usr/local/nvidia/version'
+TREE_KERNEL_RELEASE = 'usr/local/nvidia/kernel.release'
+# Where the node's dynamic loader finds libnvidia-ml.so.1, in its search order: the distribution's library folder (packages,
+# the runfile installer), then the driver tree's lib64 (listed in /etc/ld.so.conf.d by whoever mounted the tree).
+NVML_LINKS = (NVML_LINK, TREE_NVML_LINK)
 
 _NVML_RE = re.compile(r'^libnvidia-ml\.so\.([0-9]+(?:\.[0-9]+)+)$')
 _VERSION_RE = re.compile(r'^([0-9]+)(?:\.|$)')
@@ -325,18 +341,21 @@ def loaded_driver():
 
 
 def installed_nvml():
-    """Version of the installed NVML (``libnvidia-ml.so.1`` -> ``libnvidia-ml.so.<version>``), or None."""
-    link = path(NVML_LINK)
-    try:
-        target = os.readlink(link)
-    except OSError:
-        return None
-    match = _NVML_RE.match(os.path.basename(target))
-    if not match:
-        return None
-    if not os.path.exists(link):
-        return None  # dangling link: the library itself is gone
-    return match.group(1)
+    """Version of the installed NVML (``libnvidia-ml.so.1`` -> ``libnvidia-ml.so.<version>``), or None.
+
+    The first of :data:`NVML_LINKS` that is a link to an existing ``libnvidia-ml.so.<version>`` wins, as the dynamic
+    loader takes the first ``libnvidia-ml.so.1`` on its search path.
+    """
+    for relative in NVML_LINKS:
+        link = path(relative)
+        try:
+            target = os.readlink(link)
+        except OSError:
+            continue
+        match = _NVML_RE.match(os.path.basename(target))
+        if match and os.path.exists(link):   # a dangling link: the library itself is gone
+            return match.group(1)
+    return None
 
 
 def nvml_state():
@@ -453,18 +472,45 @@ def module_path(kernel):
 
 
 def read_module(kernel):
-    """``(version, open)`` of the nvidia module built for ``kernel``; ``(None, False)`` when none."""
-    text = read_text(module_path(kernel))
+    """``(version, open)`` of the nvidia module DKMS built for ``kernel``; ``(None, False)`` when none."""
+    return _module_file(module_path(kernel)) or (None, False)
+
+
+def _module_file(relative):
+    text = read_text(relative)
     if not text or not text.split():
-        return None, False
+        return None
     words = text.split()
     return words[0], 'open' in words[1:]
 
 
-def module_built_at(kernel):
-    """Modification time of the module built for ``kernel`` (when the simulated DKMS built it), None when there is none."""
+def find_module(kernel, modprobe=False):
+    """The nvidia module that loads on ``kernel``: ``{"version", "open", "path", "source"}`` or None.
+
+    In the order a node loads it: the DKMS build (``updates/dkms``, source ``dkms``: depmod searches ``updates`` first),
+    the runfile installer's (``kernel/drivers/video``, source ``runfile``), then, unless ``modprobe`` (modprobe only knows
+    ``/lib/modules``), the module of a driver tree no package owns (``usr/local/nvidia/modules/nvidia.ko``, source
+    ``tree``), which its loader inserts only when the tree was built for that kernel (``usr/local/nvidia/kernel.release``).
+    """
+    if not kernel:
+        return None
+    candidates = [(module_path(kernel), 'dkms'), (os.path.join(MODULES_DIR, kernel, RUNFILE_MODULE_SUBPATH), 'runfile')]
+    if not modprobe and (read_text(TREE_KERNEL_RELEASE) or '').strip() == kernel:
+        candidates.append((TREE_MODULE, 'tree'))
+    for relative, source in candidates:
+        found = _module_file(relative)
+        if found:
+            return {'version': found[0], 'open': found[1], 'path': '/' + relative, 'source': source}
+    return None
+
+
+def module_built_at(kernel, relative=None):
+    """Modification time of the module built for ``kernel`` (when the simulated DKMS built it), None when there is none.
+
+    ``relative``: the module file that loaded (:func:`find_module`'s ``path``), the DKMS build by default.
+    """
     try:
-        return int(os.path.getmtime(path(module_path(kernel))))
+        return int(os.path.getmtime(path(relative or module_path(kernel))))
     except (OSError, TypeError):
         return None
 
@@ -504,7 +550,8 @@ def publish(record):
     driver = (record or {}).get('driver')
     try:
         if driver:
-            text = proc_driver_version(driver, record.get('open'), module_built_at(kernel), (load_hardware() or {}).get('node'))
+            built_at = module_built_at(kernel, record.get('module'))
+            text = proc_driver_version(driver, record.get('open'), built_at, (load_hardware() or {}).get('node'))
             write_text(PROC_DRIVER_VERSION, text)
             os.chmod(path(PROC_DRIVER_VERSION), 0o444)
             written.append(PROC_DRIVER_VERSION)

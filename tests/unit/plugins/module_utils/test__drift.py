@@ -317,3 +317,72 @@ def test_kernel_pin_compares_the_running_kernel():
 def test_kernel_module_version_must_be_a_string():
     with pytest.raises(DriftError, match=r'facts\.kernel_module_version must be a string or null, got int'):
         compute_drift(facts(kernel_module_version=580), {'driver': '580'})
+
+
+# --------------------------------------------------------------------------- the driver flavor and the driver source (issue 27)
+
+# The real H100 node's facts, as gpu_facts reads them now (issue 27): one GPU, the open kernel module 580.159.04 from a driver
+# tree no package owns (/usr/local/nvidia), no systemd.
+H100_NODE = dict(FACTS, driver_version='580.159.04', kernel_module_version='580.159.04', kernel_module_flavor='open',
+                 driver_source='unowned', driver_source_evidence='/usr/local/nvidia/bin/nvidia-smi, /usr/local/nvidia/version',
+                 systemd=False, nvswitch_count=0, gpu_count=1, packages={}, tools={},
+                 gpus=[{'index': 0, 'name': H100, 'uuid': 'GPU-b76bcbb4-5a3d-f209-2823-57b9c3c452ba', 'vbios_version': '96.00.DA.00.0C',
+                        'gsp_firmware_version': '580.159.04', 'persistence_mode': 'Enabled'}])
+
+
+@pytest.mark.parametrize('flavor, loaded, drifted', [
+    ('open', 'open', False), ('server', 'open', True), ('cuda-drivers', 'open', True),
+    ('server', 'proprietary', False), ('cuda-drivers', 'proprietary', False), ('open', 'proprietary', True),
+])
+def test_driver_flavor_is_a_component_of_its_own(flavor, loaded, drifted):
+    report = compute_drift(facts(kernel_module_version='580.65.06', kernel_module_flavor=loaded), {'driver': '580.65.06'},
+                           driver_flavor=flavor)
+    expected = 'open' if flavor == 'open' else 'proprietary'
+    # The right version on the wrong flavor is drifted, and named as the flavor (the driver itself is in sync).
+    assert report['components']['driver']['status'] == 'in_sync'
+    assert report['components']['driver_flavor'] == {'status': 'drifted' if drifted else 'in_sync', 'expected': expected,
+                                                     'actual': loaded, 'source': '/proc/driver/nvidia/version', 'driver_flavor': flavor}
+    assert report['status'] == ('drifted' if drifted else 'in_sync') and ('driver_flavor' in report['drift']) is drifted
+    assert report['checked'] == ['driver', 'driver_flavor']
+    if drifted:
+        assert report['message'] == 'drifted from the pin: driver_flavor'
+        before, after = render_diff(report)
+        assert (before, after) == ('driver_flavor: %s\n' % loaded, 'driver_flavor: %s\n' % expected)
+
+
+def test_driver_flavor_not_given_is_not_compared():
+    report = compute_drift(facts(kernel_module_flavor='open'), {'driver': '580.65.06'})
+    assert 'driver_flavor' not in report['components'] and report['status'] == 'in_sync'
+
+
+def test_driver_flavor_of_a_node_without_a_driver_or_a_broken_one():
+    absent = compute_drift(facts(health='absent', driver_version=None, gpus=[], kernel_module_flavor=None), {'driver': '580.65.06'},
+                           driver_flavor='open')
+    assert absent['drift']['driver_flavor']['actual'] is None and absent['status'] == 'drifted'
+    broken = compute_drift(facts(health='broken', health_reason='gpu_lost', health_message='GPU lost', kernel_module_flavor='open'),
+                           {'driver': '580.65.06'}, driver_flavor='open')
+    assert broken['components']['driver_flavor']['status'] == 'unverified' and 'driver_flavor' in broken['unverified']
+
+
+def test_driver_flavor_must_be_one_the_roles_know():
+    with pytest.raises(DriftError, match=r'driver_flavor must be one of server, open, cuda-drivers'):
+        compute_drift(facts(), {'driver': '580.65.06'}, driver_flavor='proprietary')
+    with pytest.raises(DriftError, match=r'facts\.kernel_module_flavor must be a string or null'):
+        compute_drift(facts(kernel_module_flavor=True), {'driver': '580.65.06'})
+
+
+def test_the_h100_node_in_sync_on_its_open_driver_and_its_source_reported():
+    report = compute_drift(H100_NODE, {'driver': '580.159.04'}, driver_flavor='open')
+    assert report['status'] == 'in_sync'
+    assert (report['driver_source'], report['driver_source_evidence']) == ('unowned', H100_NODE['driver_source_evidence'])
+    drifted = compute_drift(H100_NODE, {'driver': '580.65.06'}, driver_flavor='server')
+    assert sorted(drifted['drift']) == ['driver', 'driver_flavor'] and drifted['driver_source'] == 'unowned'
+
+
+@pytest.mark.parametrize('source', ['host_package', 'container', 'runfile', 'unowned', None])
+def test_every_report_names_the_driver_source(source):
+    node = facts(driver_source=source, driver_source_evidence='/x' if source else None)
+    report = compute_drift(node, {'driver': '580.65.06'})
+    assert (report['driver_source'], report['driver_source_evidence']) == (source, '/x' if source else None)
+    broken = compute_drift(dict(node, health='broken', health_reason='gpu_lost', health_message='lost'), {'driver': '580.65.06'})
+    assert broken['driver_source'] == source

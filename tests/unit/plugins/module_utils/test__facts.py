@@ -210,3 +210,158 @@ def test_assemble_carries_the_records():
     facts = _facts.assemble({'records': {'pin.json': '{"dcgm": "4.1.0"}'}})
     assert facts['recorded_pin'] == {'dcgm': '4.1.0'}
     assert facts['previous_pin'] is None and facts['pending_reboot'] is None and facts['record_error'] is None
+
+
+# --------------------------------------------------------------------------- where the driver came from (issue 27)
+
+PROC_VERSION_PROPRIETARY = ('NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024\n'
+                            'GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n')
+DRIVER_LISTING = {'manager': 'dpkg', 'rc': 0, 'stdout': 'libnvidia-compute-580-server\t580.65.06-0ubuntu1\tii \n'
+                  'nvidia-driver-580-server\t580.65.06-0ubuntu1\thi \nnvidia-kernel-common-580-server\t580.65.06-0ubuntu1\tii \n'}
+TOOLKIT_LISTING = {'manager': 'dpkg', 'rc': 0, 'stdout': 'cuda-toolkit-13-0\t13.0.2-1\tii \nlibnccl2\t2.28.3-1+cuda13.0\thi \n'}
+
+
+def loaded(**raw):
+    """A node with the nvidia module loaded and nvidia-smi answering, plus ``raw``."""
+    return dict({'nvidia_smi': smi(read(T4)), 'proc_modules': MODULES, 'proc_driver_version': PROC_VERSION_OPEN,
+                 'packages': TOOLKIT_LISTING}, **raw)
+
+
+@pytest.mark.parametrize('raw, source, evidence', [
+    (loaded(gpu_operator_driver_root=True, packages=DRIVER_LISTING, runfile_uninstaller=True),
+     'container', "/run/nvidia/driver is populated (the GPU Operator's driver root)"),
+    (loaded(packages=DRIVER_LISTING, runfile_uninstaller=True, runfile_installer_log=True),
+     'host_package', 'package nvidia-driver-580-server 580.65.06-0ubuntu1 (dpkg)'),
+    (loaded(runfile_uninstaller=True, runfile_installer_log=True),
+     'runfile', "/usr/bin/nvidia-uninstall, /var/log/nvidia-installer.log (NVIDIA's runfile installer)"),
+    (loaded(runfile_installer_log=True), 'runfile', "/var/log/nvidia-installer.log (NVIDIA's runfile installer)"),
+    (loaded(runfile_uninstaller=True), 'runfile', "/usr/bin/nvidia-uninstall (NVIDIA's runfile installer)"),
+    (loaded(), 'unowned', 'nvidia-smi at /usr/bin/nvidia-smi; loaded nvidia module 570.124.06 (/proc/driver/nvidia/version); '
+     'no driver package (dpkg), no GPU Operator root, no nvidia-installer log or nvidia-uninstall'),
+])
+def test_driver_source_in_precedence_with_its_evidence(raw, source, evidence):
+    facts = assemble(raw)
+    assert (facts['driver_source'], facts['driver_source_evidence']) == (source, evidence)
+    assert facts['driver_source'] in _facts.DRIVER_SOURCES
+
+
+@pytest.mark.parametrize('raw, evidence', [
+    # Only the module loaded (nvidia-smi missing: broken), only its /proc banner, only an nvidia-smi: each is a driver.
+    ({'proc_modules': MODULES}, 'nvidia module loaded (/proc/modules); '),
+    ({'proc_driver_version': PROC_VERSION_PROPRIETARY}, 'loaded nvidia module 550.127.05 (/proc/driver/nvidia/version); '),
+    ({'proc_driver_version': 'NVRM version: something else\n'}, '/proc/driver/nvidia/version present; '),
+    ({'nvidia_smi': smi('', rc=9, stderr="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")},
+     'nvidia-smi at /usr/bin/nvidia-smi; '),
+])
+def test_any_sign_of_a_driver_no_one_claims_is_unowned(raw, evidence):
+    facts = assemble(raw)
+    assert facts['driver_source'] == 'unowned'
+    assert facts['driver_source_evidence'] == evidence + ('driver packages not read (no dpkg-query or rpm, or gather_packages=false), '
+                                                          'no GPU Operator root, no nvidia-installer log or nvidia-uninstall')
+
+
+def test_no_driver_and_no_claim_is_null_with_no_evidence():
+    facts = assemble({'packages': TOOLKIT_LISTING, 'proc_modules': 'nvme 61440 3 - Live 0x0 \n', 'proc_driver_version': None})
+    assert facts['health'] == 'absent'
+    assert (facts['driver_source'], facts['driver_source_evidence'], facts['driver_tree']) == (None, None, None)
+    assert (facts['kernel_module_flavor'], facts['persistence_mode']) == (None, None)
+
+
+def test_a_claim_without_a_loaded_driver_still_names_the_source():
+    # A package or a runfile installer left on a node whose module is not loaded: the source is the claim, not unowned.
+    assert assemble({'packages': DRIVER_LISTING})['driver_source'] == 'host_package'
+    assert assemble({'runfile_installer_log': True})['driver_source'] == 'runfile'
+    assert assemble({'gpu_operator_driver_root': True})['driver_source'] == 'container'
+
+
+def test_a_package_listing_that_failed_says_so_in_the_evidence():
+    failed = {'manager': 'rpm', 'rc': 1, 'stdout': '', 'stderr': 'error: rpmdb open failed'}
+    facts = assemble(loaded(packages=failed))
+    assert facts['driver_source'] == 'unowned'
+    assert 'driver packages unknown (the package listing could not be read)' in facts['driver_source_evidence']
+
+
+def test_the_driver_package_named_is_the_driver_s_own_not_a_library():
+    listing = {'manager': 'rpm', 'rc': 0, 'stdout': 'libnvidia-gl\t3:580.65.06-1.el9\tx86_64\nkmod-nvidia-open-dkms\t3:580.65.06-1.el9\tx86_64\n'
+               'nvidia-driver\t3:580.65.06-1.el9\tx86_64\n'}
+    assert assemble(loaded(packages=listing))['driver_source_evidence'] == 'package nvidia-driver 3:580.65.06-1.el9 (rpm)'
+
+
+def test_evidence_escapes_control_characters():
+    facts = assemble(loaded(nvidia_smi=dict(smi(read(T4)), path='/opt/\x1b[2Jnv/bin/nvidia-smi'), driver_tree_version='580\x1b]0;x\x07\n'))
+    assert '\x1b' not in facts['driver_source_evidence'] and '/opt/\\x1b[2Jnv/bin/nvidia-smi' in facts['driver_source_evidence']
+    assert facts['driver_tree'] == {'path': '/opt/\\x1b[2Jnv', 'version': '580\\x1b]0;x\\x07'}
+
+
+@pytest.mark.parametrize('path, text, expected', [
+    ('/usr/local/nvidia/bin/nvidia-smi', '580.159.04', {'path': '/usr/local/nvidia', 'version': '580.159.04'}),
+    ('/usr/local/nvidia/bin/nvidia-smi', '580.159.04\nsecond line\n', {'path': '/usr/local/nvidia', 'version': '580.159.04'}),
+    ('/usr/local/nvidia/bin/nvidia-smi', '', {'path': '/usr/local/nvidia', 'version': None}),
+    ('/usr/local/nvidia/bin/nvidia-smi', None, None),           # no readable version file: not a driver tree
+    ('/usr/local/nvidia/nvidia-smi', '580.159.04', None),       # not <root>/bin/nvidia-smi
+])
+def test_driver_tree(path, text, expected):
+    facts = assemble(loaded(nvidia_smi=dict(smi(read(T4)), path=path), driver_tree_version=text))
+    assert facts['driver_tree'] == expected
+    if expected and expected['version']:
+        assert 'driver tree /usr/local/nvidia (/usr/local/nvidia/version: 580.159.04)' in facts['driver_source_evidence']
+
+
+def test_driver_tree_root():
+    assert _facts.driver_tree_root('/usr/local/nvidia/bin/nvidia-smi') == '/usr/local/nvidia'
+    assert _facts.driver_tree_root('/bin/nvidia-smi') == '/'
+    assert _facts.driver_tree_version_path('/') == '/version'
+    assert _facts.driver_tree_root('/usr/bin/nvidia-smi-wrapper') is None and _facts.driver_tree_root(None) is None
+
+
+@pytest.mark.parametrize('banner, flavor', [(PROC_VERSION_OPEN, 'open'), (PROC_VERSION_PROPRIETARY, 'proprietary'),
+                                            ('NVRM version: who knows\n', None), (None, None)])
+def test_kernel_module_flavor_from_the_loaded_module_s_banner(banner, flavor):
+    assert assemble(loaded(proc_driver_version=banner))['kernel_module_flavor'] == flavor
+
+
+# --------------------------------------------------------------------------- systemd and persistence
+
+SYSTEMCTL = {'path': '/usr/bin/systemctl', 'rc': 0, 'stderr': '', 'timed_out': False}
+
+
+@pytest.mark.parametrize('systemctl, expected', [
+    (None, False),
+    (SYSTEMCTL, True),
+    (dict(SYSTEMCTL, rc=1, stderr="System has not been booted with systemd as init system (PID 1). Can't operate.\n"
+                                  'Failed to connect to bus: Host is down\n'), False),
+    (dict(SYSTEMCTL, rc=1, stderr='Failed to connect to bus: No such file or directory\n'), False),
+    (dict(SYSTEMCTL, rc=None, timed_out=True), None),
+    (dict(SYSTEMCTL, rc=127, stderr='cannot run /usr/bin/systemctl: [Errno 13] Permission denied'), None),
+])
+def test_systemd(systemctl, expected):
+    facts = assemble(loaded(systemctl=systemctl))
+    assert facts['systemd'] is expected
+
+
+def test_no_systemd_leaves_every_service_null():
+    facts = assemble(loaded(systemctl=None, services={}))
+    assert facts['systemd'] is False and set(facts['services'].values()) == {None}
+
+
+def gpu_modes(*modes):
+    return [{'index': index, 'persistence_mode': mode} for index, mode in enumerate(modes)]
+
+
+@pytest.mark.parametrize('modes, expected', [
+    (('Enabled',), 'Enabled'),
+    (('Enabled',) * 8, 'Enabled'),
+    (('Enabled', 'Enabled', 'Disabled', 'Enabled'), 'Disabled'),
+    (('Disabled', None), 'Disabled'),
+    (('Enabled', None), None),           # a GPU that does not say: not every GPU is known to be Enabled
+    ((None,), None),
+    ((), None),
+])
+def test_persistence_mode_of_the_node(modes, expected):
+    assert _facts.persistence_mode(gpu_modes(*modes)) == expected
+
+
+def test_persistence_mode_from_real_xml():
+    # The T4 capture prints Persistence Mode Disabled; the H100 one Enabled (test__facts_h100.py).
+    facts = assemble(loaded())
+    assert facts['gpus'][0]['persistence_mode'] == 'Disabled' and facts['persistence_mode'] == 'Disabled'

@@ -181,15 +181,28 @@ def test_the_script_carries_no_inventory_data():
     assert argv[:2] == ['/bin/sh', '-c'] and argv[3:] == ['gpufleet-gather', BOUNDARY, '60', '120', '/etc/gpufleet']
 
 
-def test_a_real_h100_read_by_the_shell_gatherer_as_gpu_facts_read_it():
-    # The one shell command as a real H100 node answered it (hacking/capture_real_node.sh), and the gpu_facts module's
-    # result on a machine of the same kind (same image, driver and VBIOS; another lease, so another board) earlier the
-    # same day: the facts the controller assembles are the module's, apart from the board's identity and the live reading.
-    path = real_output_path('h100-device', 'gather-raw_h100_580.159.04_no-package-driver.bin')
-    with open(path + '.source.txt', encoding='utf-8') as handle:
+H100_GATHER = real_output_path('h100-device', 'gather-raw_h100_580.159.04_no-package-driver.bin')
+
+
+def h100_sections():
+    """The sections of the one shell command as a real H100 node answered it (hacking/capture_real_node.sh), and its boundary."""
+    with open(H100_GATHER + '.source.txt', encoding='utf-8') as handle:
         boundary = [line.split(': ', 1)[1].strip() for line in handle if line.startswith('boundary: ')][0]
-    with open(path, 'rb') as handle:
-        raw = _gather.parse(handle.read(), boundary, _gather.COMMAND_TIMEOUT, _gather.PACKAGE_TIMEOUT)
+    with open(H100_GATHER, 'rb') as handle:
+        data = handle.read()
+    return data, boundary
+
+
+def test_a_real_h100_read_by_the_shell_gatherer_as_gpu_facts_read_it():
+    # The one shell command as a real H100 node answered it, and the gpu_facts module's result on a machine of the same kind
+    # (same image, driver and VBIOS; another lease, so another board) earlier the same day: the facts the controller
+    # assembles are the module's, apart from the board's identity and the live reading.
+    #
+    # That script predates issue 27: it read no driver tree version file and no installer-log flag.  The sections and flags
+    # added since are optional, as the /proc files always were (a section only where its file is readable), so its output
+    # still parses: the tree's version reads as absent (driver_tree null), the installer log as not there.
+    data, boundary = h100_sections()
+    raw = _gather.parse(data, boundary, _gather.COMMAND_TIMEOUT, _gather.PACKAGE_TIMEOUT)
     facts = assemble(raw)
     with open(real_output_path('h100-device', 'gpu_facts-module-result_h100.json'), encoding='utf-8') as handle:
         module = json.load(handle)['ansible_facts']['gpufleet']
@@ -200,4 +213,131 @@ def test_a_real_h100_read_by_the_shell_gatherer_as_gpu_facts_read_it():
     live = ('temperature_c', 'uuid', 'serial', 'board_part_number')
     assert [dict((k, v) for k, v in gpu.items() if k not in live) for gpu in facts['gpus']] == \
         [dict((k, v) for k, v in gpu.items() if k not in live) for gpu in module['gpus']]
-    assert dict((k, v) for k, v in facts.items() if k != 'gpus') == dict((k, v) for k, v in module.items() if k != 'gpus')
+    # The module then (collection at efd2326) had none of issue 27's keys and said null for a driver no package owns.
+    assert module['driver_source'] is None
+    assert dict((k, facts[k]) for k in module if k not in ('gpus', 'driver_source')) == \
+        dict((k, v) for k, v in module.items() if k not in ('gpus', 'driver_source'))
+    assert (raw['driver_tree_version'], raw['runfile_installer_log'], raw['systemctl']) == (None, False, None)
+    assert facts['driver_source'] == 'unowned'
+    assert facts['driver_source_evidence'] == (
+        'nvidia-smi at /usr/local/nvidia/bin/nvidia-smi; loaded nvidia module 580.159.04 (/proc/driver/nvidia/version); '
+        'no driver package (dpkg), no GPU Operator root, no nvidia-installer log or nvidia-uninstall')
+    assert facts['driver_tree'] is None
+    assert (facts['kernel_module_flavor'], facts['persistence_mode'], facts['systemd']) == ('open', 'Enabled', False)
+
+
+# --------------------------------------------------------------------------- issue 27: a node as the real H100 is
+
+# What the gathering script and the module need of the system besides the tools they read (no systemctl among them).
+SYSTEM_TOOLS = ('cat', 'head', 'ls', 'mktemp', 'rm', 'timeout', 'uname')
+
+
+@pytest.fixture
+def h100_node(tmp_path, monkeypatch):
+    """A stand-in of the real H100 node: nvidia-smi in a driver tree at <root>/usr/local/nvidia/bin beside its version file,
+    not on PATH; the /proc files, dpkg listing and nvcc banner it printed; no systemctl, no GPU Operator root, no runfile.
+
+    The node's paths (_gather's constants, which both gatherers read) point into the folder; PATH holds the stand-in tools
+    and the few system tools the script runs, so this machine's own systemctl and CUDA are not found.
+    """
+    root = tmp_path / 'node'
+    tree = root / 'usr' / 'local' / 'nvidia'
+    (tree / 'bin').mkdir(parents=True)
+    tool(str(tree / 'bin'), 'nvidia-smi', 'exec cat %s\n' % shlex.quote(real_output_path(
+        'h100-device', 'nvidia-smi-q-x_h100-80gb-hbm3_580.159.04_open.xml')))
+    # The tree's version file as the node printed it (driver-evidence_h100: "580.159.04", no newline).
+    (tree / 'version').write_bytes(b'580.159.04')
+    (tree / 'kernel.release').write_bytes(b'6.18.44-fc-v657-gpu')
+    proc = root / 'proc'
+    proc.mkdir()
+    data, boundary = h100_sections()
+    (proc / 'modules').write_bytes(_gather._sections(data, boundary)['proc_modules'])
+    with open(real_output_path('h100-device', 'proc-driver-nvidia-version_580.159.04_open.txt'), 'rb') as handle:
+        (proc / 'version').write_bytes(handle.read())
+    tools = tmp_path / 'bin'
+    tools.mkdir()
+    tool(str(tools), 'dpkg-query', 'exec cat %s\n' % shlex.quote(real_output_path(
+        'h100-device', 'dpkg-query-cuda-nccl_ubuntu24.04_no-driver-package.txt')))
+    tool(str(tools), 'nvcc', 'exec cat %s\n' % shlex.quote(real_output_path('h100-device', 'nvcc-version_13.0.88.txt')))
+    system = tmp_path / 'system'
+    system.mkdir()
+    for name in SYSTEM_TOOLS:
+        os.symlink(get_bin_path(name), str(system / name))
+    state = tmp_path / 'state'
+    state.mkdir()
+    monkeypatch.setenv('PATH', '%s:%s' % (tools, system))
+    operator = root / 'run' / 'nvidia' / 'driver'
+    monkeypatch.setattr(_gather, 'GPU_OPERATOR_DRIVER_ROOT', str(operator))
+    monkeypatch.setattr(_gather, 'NVIDIA_SMI_DIRS', [str(operator / 'usr' / 'bin'), str(tree / 'bin')])
+    monkeypatch.setattr(_gather, 'CUDA_BIN', str(root / 'usr' / 'local' / 'cuda' / 'bin'))
+    monkeypatch.setattr(_gather, 'RUNFILE_UNINSTALLER', str(root / 'usr' / 'bin' / 'nvidia-uninstall'))
+    monkeypatch.setattr(_gather, 'RUNFILE_INSTALLER_LOG', str(root / 'var' / 'log' / 'nvidia-installer.log'))
+    monkeypatch.setattr(_gather, 'PROC_FILES', (('proc_modules', str(proc / 'modules')), ('proc_driver_version', str(proc / 'version'))))
+    _gather.script.cache_clear()
+    yield {'tools': str(tools), 'state': str(state), 'tmp': tmp_path, 'root': root, 'tree': tree, 'operator': operator}
+    _gather.script.cache_clear()
+
+
+@pytest.mark.parametrize('shell', ['/bin/sh', '/bin/bash'])
+def test_the_h100_read_by_both_gatherers(h100_node, shell):
+    by_module, by_script = both(h100_node, shell=shell)
+    assert by_script == by_module
+    tree = str(h100_node['tree'])
+    assert by_script['nvidia_smi_path'] == tree + '/bin/nvidia-smi'
+    assert (by_script['health'], by_script['driver_version'], by_script['cuda_driver_version']) == ('ok', '580.159.04', '13.0')
+    assert (by_script['gpu_count'], by_script['gpus'][0]['name']) == (1, 'NVIDIA H100 80GB HBM3')
+    assert by_script['driver_source'] == 'unowned'
+    assert by_script['driver_source_evidence'] == (
+        'nvidia-smi at %s/bin/nvidia-smi; loaded nvidia module 580.159.04 (/proc/driver/nvidia/version); '
+        'driver tree %s (%s/version: 580.159.04); '
+        'no driver package (dpkg), no GPU Operator root, no nvidia-installer log or nvidia-uninstall' % (tree, tree, tree))
+    assert by_script['driver_tree'] == {'path': tree, 'version': '580.159.04'}
+    assert (by_script['kernel_module_flavor'], by_script['persistence_mode'], by_script['systemd']) == ('open', 'Enabled', False)
+    assert set(by_script['services'].values()) == {None}
+    assert by_script['tools']['nvcc'] == '13.0.88' and by_script['held_packages'] == ['libnccl-dev', 'libnccl2']
+
+
+def test_a_tree_without_a_version_file_is_no_driver_tree_for_both(h100_node):
+    os.remove(str(h100_node['tree'] / 'version'))
+    os.mkdir(str(h100_node['tree'] / 'version'))          # a folder is not a version file
+    by_module, by_script = both(h100_node)
+    assert by_script == by_module
+    assert by_script['driver_tree'] is None and by_script['driver_source'] == 'unowned'
+    assert 'driver tree' not in by_script['driver_source_evidence']
+
+
+def test_a_systemctl_without_systemd_reads_as_no_systemd_for_both(h100_node):
+    # systemctl installed in a container whose PID 1 is not systemd: what systemctl says there, exit status 1.
+    tool(h100_node['tools'], 'systemctl', "echo \"System has not been booted with systemd as init system (PID 1). Can't operate.\" >&2\n"
+         'echo "Failed to connect to bus: Host is down" >&2\nexit 1\n')
+    by_module, by_script = both(h100_node)
+    assert by_script == by_module
+    assert by_script['systemd'] is False and set(by_script['services'].values()) == {None}
+
+
+def test_a_systemctl_that_answers_is_systemd_for_both(h100_node):
+    tool(h100_node['tools'], 'systemctl', 'exec cat %s\n' % shlex.quote(SYSTEMCTL))
+    by_module, by_script = both(h100_node)
+    assert by_script == by_module
+    assert by_script['systemd'] is True and by_script['services']['nvidia-persistenced']['active'] == 'active'
+
+
+@pytest.mark.parametrize('claims, source', [
+    (('installer_log',), 'runfile'),
+    (('uninstaller', 'installer_log'), 'runfile'),
+    (('operator', 'installer_log'), 'container'),
+])
+def test_a_driver_s_claims_read_the_same_by_both(h100_node, claims, source):
+    root = h100_node['root']
+    if 'installer_log' in claims:
+        (root / 'var' / 'log').mkdir(parents=True)
+        (root / 'var' / 'log' / 'nvidia-installer.log').write_text('nvidia-installer log file\n')
+    if 'uninstaller' in claims:
+        (root / 'usr' / 'bin').mkdir(parents=True)
+        tool(str(root / 'usr' / 'bin'), 'nvidia-uninstall', 'exit 0\n')
+    if 'operator' in claims:
+        h100_node['operator'].mkdir(parents=True)
+        (h100_node['operator'] / 'lib').mkdir()
+    by_module, by_script = both(h100_node)
+    assert by_script == by_module
+    assert by_script['driver_source'] == source

@@ -12,6 +12,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._nvidia_smi imp
     NvidiaSmiParseError,
     classify_failure,
     find_kernel_gpu_errors,
+    parse_kernel_module_flavor,
     parse_proc_driver_version,
     parse_xml,
 )
@@ -632,6 +633,32 @@ def test_parse_proc_driver_version_real_files(name, expected):
     assert parse_proc_driver_version(read_real_output('proc', name)) == expected
 
 
+@pytest.mark.parametrize('category, name, expected', [
+    ('proc', 'proc-driver-nvidia-version_580.173.02_nvml-mismatch_truenas-nvidia-drivers-issue19.txt', 'proprietary'),
+    ('proc', 'proc-driver-nvidia-version_384.98_ubuntu_neofetch-issue876.txt', 'proprietary'),
+    ('proc', 'proc-driver-nvidia-version_open_565.57.01_ubuntu24.04_nixGL-issue186.txt', 'open'),
+    ('proc', 'proc-driver-nvidia-version_open_580.159.04_h200-device.txt', 'open'),
+    ('h100-device', 'proc-driver-nvidia-version_580.159.04_open.txt', 'open'),
+])
+def test_kernel_module_flavor_real_banners(category, name, expected):
+    assert parse_kernel_module_flavor(read_real_output(category, name)) == expected
+
+
+@pytest.mark.parametrize('text, expected', [
+    ('NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  540.4.0  Release Build  (buildbrain@mobile-u64-6336-d8000)', 'open'),
+    ('NVRM version: NVIDIA UNIX aarch64 Kernel Module  580.173.02  Wed Sep  3 10:00:00 UTC 2025\n', 'proprietary'),
+    (b'NVRM version: NVIDIA UNIX x86_64 Kernel Module  515.65.01  Wed Mar 16 11:24:05 UTC 2022\n', 'proprietary'),
+    # Not the banner's first line, another module, no module: not recognised, never guessed.
+    ('GCC version:  gcc version 12.2.0 (GCC)\nNVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05\n', None),
+    ('NVRM version: NVIDIA UNIX Kernel Module for sparc64  550.127.05\n', None),
+    ('NVRM version: NVIDIA UNIX x86_64 Kernel Module\n', None),
+    ('', None),
+    (None, None),
+])
+def test_kernel_module_flavor_forms(text, expected):
+    assert parse_kernel_module_flavor(text) == expected
+
+
 def test_the_facts_module_on_the_real_h200_read_what_its_nvidia_smi_printed():
     # gpu_facts ran on the H200 seconds after the XML capture (tests/unit/fixtures/real-outputs/h200-device): the module's
     # record of the GPU matches this parser's reading of the captured XML, field by field (readings that move are left out).
@@ -639,7 +666,8 @@ def test_the_facts_module_on_the_real_h200_read_what_its_nvidia_smi_printed():
     facts = json.loads(text[text.index('{'):])['ansible_facts']['gpufleet']
     document = _parsed(H200)
     assert (facts['driver_version'], facts['cuda_driver_version'], facts['gpu_count']) == ('580.159.04', '13.0', 1)
-    assert facts['health'] == 'ok' and facts['driver_source'] is None      # no package owns the mounted driver tree (issue 27)
+    # The module then (before issue 27) said null for a driver no package owns; it now says unowned (test__facts_h100.py).
+    assert facts['health'] == 'ok' and facts['driver_source'] is None
     moving = {'temperature_c'}
     assert {key: value for key, value in facts['gpus'][0].items() if key not in moving} == \
         {key: value for key, value in document['gpus'][0].items() if key not in moving}

@@ -342,7 +342,7 @@ def test_the_result_of_a_procedure_that_never_ended_carries_the_error():
 # ---- the rules the procedure's steps use (moved from module_utils/_upgrade.py with their tests)
 
 def test_precheck_proceeds_on_a_healthy_node():
-    assert precheck(OK) == {'action': 'proceed', 'reason': ''}
+    assert precheck(OK) == {'action': 'proceed', 'reason': '', 'takeover': False}
 
 
 @pytest.mark.parametrize('choice, action', [('quarantine', 'quarantine'), ('skip', 'left_alone'), ('upgrade', 'proceed')])
@@ -415,3 +415,123 @@ def test_rescue_revalidates_a_converge_that_changed_nothing():
 def test_rescue_reboot_only_run_quarantines():
     plan = rescue_plan('validate', pin_before=OLD, pin_after=OLD, previous_pin=None, target_pin=None, validation_failed=True)
     assert plan['action'] == 'quarantine' and 'no pin in this run' in plan['reason']
+
+
+# ---- one driver source per node (issue 27): never a second driver, a take-over only when asked
+
+RUNFILE = dict(OK, driver_source='runfile', driver_source_evidence='/usr/bin/nvidia-uninstall', recorded_pin=None, packages={})
+# The real H100 node: a working open-module driver from a tree no package owns, no systemd, one GPU.
+UNOWNED = dict(OK, driver_source='unowned', driver_source_evidence='/usr/local/nvidia/bin/nvidia-smi, /usr/local/nvidia/version',
+               driver_version='580.159.04', kernel_module_flavor='open', systemd=False, gpu_count=1, recorded_pin=None)
+UNINSTALLED = {'argv': ['/usr/bin/nvidia-uninstall', '--silent'], 'rc': 0, 'stdout': ['Uninstallation of existing driver: done.'], 'stderr': []}
+# package_pin_takeover as package_pin sets it: ran (with what the uninstaller did), or not.
+RAN = dict(UNINSTALLED, ran=True)
+
+
+def test_a_converge_on_a_runfile_driver_ends_left_alone_naming_the_source_and_what_to_do():
+    state = start(options(), RUNFILE, NEW, 1.0)
+    assert (state['next'], state['state'], state['takeover']) == ('end', 'left_alone', None)
+    assert state['reason'] == (
+        "node_upgrade_pin.driver: the driver came from NVIDIA's runfile installer (driver_source=runfile: /usr/bin/nvidia-uninstall): "
+        "installing the pinned driver packages would put a second driver on the node; upgrade it with the runfile, or set "
+        "gpufleet_driver_takeover=true to remove it with nvidia-uninstall and install the packages")
+    # Nothing changed and no scheduler call: the procedure never left the pre-check.
+    assert state['marks'] == [['precheck', 1.0]] and state['steps'] == 0
+
+
+@pytest.mark.parametrize('takeover', [False, True])
+def test_a_converge_on_an_unowned_driver_ends_left_alone_even_when_a_takeover_is_asked(takeover):
+    state = start(options(driver_takeover=takeover), UNOWNED, NEW, 1.0)
+    assert (state['next'], state['state'], state['takeover']) == ('end', 'left_alone', None)
+    assert 'driver_source=unowned: /usr/local/nvidia/bin/nvidia-smi, /usr/local/nvidia/version' in state['reason']
+    assert 'remove' in state['reason'] and ('cannot take this node over' in state['reason']) is takeover
+
+
+def test_a_takeover_asked_on_a_gpu_operator_node_ends_left_alone_naming_the_variable():
+    for pin in (NEW, None):
+        state = start(options(driver_takeover='true'), dict(OK, driver_source='container'), pin, 1.0)
+        assert (state['next'], state['state'], state['marks']) == ('end', 'left_alone', [['precheck', 1.0]])
+        assert state['reason'].startswith("gpufleet_driver_takeover=true on a node whose driver the GPU Operator's driver container manages")
+
+
+@pytest.mark.parametrize('node', [RUNFILE, UNOWNED])
+def test_a_reboot_only_run_reboots_and_validates_a_node_whatever_its_driver_source(node):
+    state = start(options(converge=False, reboot='always'), node, None, 1.0)
+    assert state['next'] == 'drain' and state['takeover'] is None
+    state = walk(state, DRAINED)
+    assert state['next'] == 'reboot'
+
+
+@pytest.mark.parametrize('pin', [{'dcgm': '4.1.0'}, {'container_toolkit': '1.17.0'}])
+def test_a_converge_that_installs_no_driver_goes_ahead_on_a_runfile_node(pin):
+    assert start(options(), RUNFILE, pin, 1.0)['next'] == 'drain'
+
+
+def test_a_takeover_of_a_runfile_node_converges_reboots_validates_and_is_recorded():
+    state = start(options(driver_takeover=True), RUNFILE, NEW, 1.0)
+    assert state['next'] == 'drain' and state['takeover']['from'] == 'runfile'
+    assert state['takeover']['evidence'] == '/usr/bin/nvidia-uninstall' and state['takeover']['uninstaller'] is None
+    assert walk(state, DRAINED, dict(CONVERGED, facts=RUNFILE, takeover={'ran': False}))['takeover']['uninstaller'] is None
+    state = walk(state, DRAINED, dict(CONVERGED, facts=RUNFILE, takeover=RAN))
+    assert state['next'] == 'reboot' and state['takeover']['uninstaller'] == UNINSTALLED
+    state = walk(state, REBOOTED, PASSED, {'action': 'uncordon', 'outcome': 'done'})
+    assert state['state'] == 'done'
+    assert result_fields(state)['takeover']['uninstaller'] == UNINSTALLED
+
+
+def test_a_takeover_that_fails_its_validation_is_quarantined_there_is_no_previous_package_pin():
+    state = walk(start(options(driver_takeover=True), RUNFILE, NEW, 1.0), DRAINED, dict(CONVERGED, takeover=RAN), REBOOTED)
+    # gpu_stack recorded the installed packages as the previous pin (the container toolkit): never a "rollback" to that.
+    after = dict(OK, recorded_pin=NEW, previous_pin={'container_toolkit': '1.17.0'})
+    state = fail(state, 'gpu-01: not fit for service: dcgm_diag_r1: memory', facts_now=after, validation=FAILED, now=30.0)
+    assert (state['next'], state['recovering']) == ('quarantine', '')
+    assert state['why'].startswith("no previous package pin to roll back to after the take-over (the driver before it was NVIDIA's "
+                                   "runfile driver, removed by /usr/bin/nvidia-uninstall): validate: not fit for service")
+
+
+def test_a_takeover_whose_converge_failed_after_the_uninstaller_or_unread_is_quarantined():
+    at_converge = walk(start(options(driver_takeover=True), RUNFILE, NEW, 1.0), DRAINED)
+    for facts_now in (dict(OK, driver_source=None, health='absent', recorded_pin=NEW), None):
+        state = fail(at_converge, 'gpu-01: apt failed', facts_now=facts_now, now=5.0)
+        assert state['next'] == 'quarantine' and state['why'].startswith('no previous package pin to roll back to after the take-over')
+
+
+def test_a_takeover_refused_in_its_preflight_puts_the_node_back_as_it_was():
+    # The uninstaller is not on the node (package_plan refuses before gpu_stack records anything): the runfile driver is still there.
+    at_converge = walk(start(options(driver_takeover=True), RUNFILE, NEW, 1.0), DRAINED)
+    state = fail(at_converge, 'gpu-01: gpu_stack_driver_takeover=true: the take-over needs NVIDIA\'s uninstaller', facts_now=RUNFILE, now=5.0)
+    assert (state['next'], state['recovering']) == ('validate', 'revalidate')
+
+
+def test_a_takeover_is_not_asked_on_a_host_package_node():
+    state = start(options(driver_takeover=True), OK, NEW, 1.0)
+    assert state['next'] == 'drain' and state['takeover'] is None
+
+
+# ---- the driver flavor (issue 27)
+
+@pytest.mark.parametrize('flavor, loaded, needed', [('open', 'proprietary', True), ('server', 'open', True), ('cuda-drivers', 'open', True),
+                                                    ('open', 'open', False), ('server', 'proprietary', False), ('', 'open', False),
+                                                    ('open', None, False)])
+def test_a_loaded_module_of_the_other_flavor_needs_a_reboot(flavor, loaded, needed):
+    node = dict(OK, driver_version='580.65.06', kernel_module_flavor=loaded)
+    assert reboot_required(node, NEW, [], driver_flavor=flavor or None) is needed
+    assert reboot_required(node, NEW, [], check_mode=True, driver_flavor=flavor or None) is False
+    assert reboot_required(node, {'dcgm': '4.1.0'}, [], driver_flavor=flavor or None) is False
+
+
+def test_the_procedure_reboots_a_node_whose_packages_switched_flavor_but_not_its_module():
+    node = dict(OK, driver_version='580.65.06', kernel_module_flavor='proprietary')
+    state = walk(start(options(driver_flavor='open'), node, NEW, 1.0), DRAINED, {'facts': node, 'changed_components': [], 'check_mode': False})
+    assert state['next'] == 'reboot'
+    same = walk(start(options(driver_flavor='server'), node, NEW, 1.0), DRAINED, {'facts': node, 'changed_components': [], 'check_mode': False})
+    assert same['next'] == 'validate'
+
+
+def test_the_new_options_are_checked_and_name_their_variable():
+    with pytest.raises(ProcedureError, match='node_upgrade_driver_flavor must be one of server, open, cuda-drivers'):
+        checked_options({'driver_flavor': 'proprietary'})
+    with pytest.raises(ProcedureError, match='options.driver_takeover'):
+        checked_options({'driver_takeover': 'perhaps'})
+    assert checked_options({'driver_takeover': 'yes', 'driver_flavor': None})['driver_takeover'] is True
+    assert checked_options({})['driver_flavor'] == ''

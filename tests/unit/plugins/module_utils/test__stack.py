@@ -14,6 +14,8 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._packages impor
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import (
     StackError,
     available_from_repoquery,
+    driver_source_plan,
+    driver_source_problem,
     driver_stream,
     installed_from_dpkg,
     installed_from_rpm,
@@ -21,6 +23,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import (
     parse_versionlock_list,
     pin_from_installed,
     plan,
+    takeover_plan,
     target_packages,
     validate_pin,
 )
@@ -311,3 +314,130 @@ def test_revisions_are_validated_like_versions(key, value, message):
 def test_empty_or_numeric_revisions_take_the_default_or_their_digits():
     packages = target_packages({'dcgm': '3.3.9'}, 'apt', revisions={'dcgm': '', 'dcgm_epoch': 2})
     assert [package['spec'] for package in packages] == ['datacenter-gpu-manager=2:3.3.9']
+
+
+# --- the driver flavor: one kernel-module flavor per node (issue 27) --------------------------------
+
+def _at(pin, manager, flavor):
+    """A node with every package of ``pin`` in ``flavor`` installed and held."""
+    return dict((package['name'], [package['version'] or '1']) for package in target_packages(pin, manager, flavor=flavor))
+
+
+@pytest.mark.parametrize('before, after', [('server', 'open'), ('cuda-drivers', 'open'), ('open', 'server'), ('open', 'cuda-drivers')])
+def test_apt_flavor_switch_on_one_branch_removes_the_other_flavor(before, after):
+    installed = _at({'driver': '580.65.06'}, 'apt', before)
+    result = plan({'driver': '580.65.06'}, 'apt', installed, flavor=after, held=set(installed))
+    strays = [stray['name'] for stray in result['strays']]
+    other = ['nvidia-dkms-580', 'nvidia-driver-580-server'] if after == 'open' else ['nvidia-dkms-580-open', 'nvidia-driver-580-open']
+    if before == 'cuda-drivers':
+        other = ['cuda-drivers-580'] + other
+    assert strays == other, result['strays']
+    assert all(stray['component'] == 'driver' and 'kernel module' in stray['reason'] for stray in result['strays'])
+    # The one change is the flavor: gpu_stack's plan says changed, the driver moved (so the procedure reboots), the holds move.
+    assert result['changed'] and result['changed_components'] == ['driver']
+    assert set(result['release']) == set(strays)
+    names = set(package['name'] for package in result['packages'] if package['changed'])
+    assert ('nvidia-dkms-580-open' in names) is (after == 'open') and ('nvidia-dkms-580' in names) is (after != 'open')
+
+
+def test_apt_flavor_switch_removes_the_other_flavor_even_when_other_branches_are_kept():
+    installed = _at({'driver': '580.65.06'}, 'apt', 'server')
+    kept = plan({'driver': '580.65.06'}, 'apt', installed, flavor='open', purge_other_branches=False)
+    assert [stray['name'] for stray in kept['strays']] == ['nvidia-dkms-580', 'nvidia-driver-580-server']
+
+
+def test_apt_flavor_strays_name_the_ubuntu_server_open_packages_too():
+    installed = dict(_at({'driver': '580.65.06'}, 'apt', 'server'), **{
+        'nvidia-dkms-580-server-open': ['580.65.06-0ubuntu1'], 'nvidia-kernel-source-580-open': ['580.65.06-0ubuntu1'],
+        'nvidia-kernel-source-580': ['580.65.06-0ubuntu1']})
+    strays = [stray['name'] for stray in plan({'driver': '580.65.06'}, 'apt', installed, flavor='server')['strays']]
+    assert strays == ['nvidia-dkms-580-server-open', 'nvidia-kernel-source-580-open']
+
+
+def test_apt_same_flavor_changes_nothing_and_the_unpinned_driver_keeps_every_flavor():
+    installed = _at({'driver': '580.65.06'}, 'apt', 'open')
+    assert not plan({'driver': '580.65.06'}, 'apt', installed, flavor='open', held=set(installed))['changed']
+    # No driver in the pin: nothing about the driver is decided.
+    assert plan({'dcgm': '4.1.0'}, 'apt', installed, flavor='server')['strays'] == []
+
+
+@pytest.mark.parametrize('before, after, stray, stream', [
+    ('server', 'open', 'kmod-nvidia-latest-dkms', '580-open'),
+    ('open', 'server', 'kmod-nvidia-open-dkms', '580-dkms'),
+    ('open', 'cuda-drivers', 'kmod-nvidia-open-dkms', '580-dkms'),
+])
+def test_dnf_flavor_switch_moves_the_stream_and_removes_the_other_kmod(before, after, stray, stream):
+    installed = dict((name, ['3:580.65.06-1.el9']) for name in _at({'driver': '580.65.06'}, 'dnf', before))
+    enabled = '580-open' if before == 'open' else '580-dkms'
+    module_list = ('%-15s%-15s%-28s%s\n' % ('Name', 'Stream', 'Profiles', 'Summary')
+                   + '%-15s%-15s%-28s%s\n' % ('nvidia-driver', enabled + ' [e]', 'default [d], fm, ks, src', 'Nvidia driver'))
+    locks = dict((name, '3:580.65.06-1.el9') for name in installed)
+    result = plan({'driver': '580.65.06'}, 'dnf', installed, flavor=after, locks=locks, module_list=module_list,
+                  purge_other_branches=False)
+    assert [item['name'] for item in result['strays']] == [stray]
+    assert result['stream'] == {'name': 'nvidia-driver', 'enabled': enabled, 'target': stream, 'change': True}
+    assert result['changed'] and result['changed_components'] == ['driver'] and stray in result['release']
+
+
+# --- one driver source per node (issue 27) ----------------------------------------------------------
+
+RUNFILE_EVIDENCE = '/usr/bin/nvidia-uninstall, /var/log/nvidia-installer.log'
+TREE_EVIDENCE = '/usr/local/nvidia/bin/nvidia-smi, /usr/local/nvidia/version'
+
+
+def test_a_runfile_driver_is_refused_naming_the_source_its_evidence_and_what_to_do():
+    decided = driver_source_plan({'driver': '580.65.06'}, 'runfile', RUNFILE_EVIDENCE, name='gpu_stack_pin',
+                                 takeover_name='gpu_stack_driver_takeover')
+    assert decided['action'] == 'refuse' and decided['field'] == 'gpu_stack_pin.driver'
+    assert decided['reason'] == (
+        "gpu_stack_pin.driver: the driver came from NVIDIA's runfile installer (driver_source=runfile: %s): installing the pinned "
+        "driver packages would put a second driver on the node; upgrade it with the runfile, or set gpu_stack_driver_takeover=true "
+        "to remove it with nvidia-uninstall and install the packages" % RUNFILE_EVIDENCE)
+    assert driver_source_problem({'driver': '580.65.06'}, 'runfile', evidence=RUNFILE_EVIDENCE) == driver_source_plan(
+        {'driver': '580.65.06'}, 'runfile', RUNFILE_EVIDENCE)['reason']
+
+
+def test_a_runfile_driver_is_taken_over_only_when_asked():
+    decided = driver_source_plan({'driver': '580.65.06'}, 'runfile', RUNFILE_EVIDENCE, takeover=True)
+    assert decided['action'] == 'takeover' and '/usr/bin/nvidia-uninstall --silent' in decided['reason']
+    takeover, problem = takeover_plan(decided, 'runfile', RUNFILE_EVIDENCE)
+    assert problem == '' and takeover == {'from': 'runfile', 'evidence': RUNFILE_EVIDENCE, 'reason': decided['reason'],
+                                          'argv': ['/usr/bin/nvidia-uninstall', '--silent']}
+    missing, problem = takeover_plan(decided, 'runfile', RUNFILE_EVIDENCE, executable=False, takeover_name='gpu_stack_driver_takeover')
+    assert missing is None and problem.startswith('gpu_stack_driver_takeover=true: the take-over needs NVIDIA')
+    assert takeover_plan(driver_source_plan({'driver': '580.65.06'}, 'host_package', takeover=True), 'host_package') == (None, '')
+    # Never a take-over that would leave the node without a driver: a kernel-only pin has none to install.
+    kernel_only = driver_source_plan({'kernel': '6.8.0-50-generic'}, 'runfile', RUNFILE_EVIDENCE, takeover=True)
+    assert kernel_only['action'] == 'refuse' and 'needs a pinned driver' in kernel_only['reason']
+
+
+@pytest.mark.parametrize('takeover', [False, True])
+def test_an_unowned_driver_is_refused_even_when_a_takeover_is_asked(takeover):
+    decided = driver_source_plan({'driver': '580.65.06'}, 'unowned', TREE_EVIDENCE, takeover=takeover, name='node_upgrade_pin',
+                                 takeover_name='gpufleet_driver_takeover')
+    assert decided['action'] == 'refuse' and TREE_EVIDENCE in decided['reason'] and 'driver_source=unowned' in decided['reason']
+    assert 'remove' in decided['reason'] and ('gpufleet_driver_takeover=true cannot take this node over' in decided['reason']) is takeover
+
+
+def test_a_takeover_asked_on_a_gpu_operator_node_is_a_bad_combination_naming_the_variable():
+    for pin in ({'driver': '580.65.06'}, {'dcgm': '4.1.0'}):
+        decided = driver_source_plan(pin, 'container', '/run/nvidia/driver', takeover=True, takeover_name='gpu_stack_driver_takeover')
+        assert decided['action'] == 'refuse' and decided['field'] == 'gpu_stack_driver_takeover'
+        assert decided['reason'].startswith("gpu_stack_driver_takeover=true on a node whose driver the GPU Operator's driver container")
+    # Without the take-over: the pinned driver is refused as before, a pin without one goes ahead.
+    assert 'GPU Operator' in driver_source_problem({'driver': '580.65.06'}, 'container', 'gpu_stack_pin')
+    assert driver_source_problem({'dcgm': '4.1.0'}, 'container') == ''
+
+
+@pytest.mark.parametrize('source, pin, action', [
+    ('runfile', {'kernel': '6.8.0-50-generic'}, 'refuse'),           # a new kernel the runfile module was not built for
+    ('unowned', {'kernel': '6.8.0-50-generic'}, 'refuse'),
+    ('runfile', {'dcgm': '4.1.0', 'container_toolkit': '1.17.0'}, 'proceed'),  # no driver piece: nothing to fight over
+    ('unowned', {'cuda_toolkit': '13.0'}, 'proceed'),
+    ('host_package', {'driver': '580.65.06', 'kernel': '6.8.0-50-generic'}, 'proceed'),
+    (None, {'driver': '580.65.06'}, 'proceed'),                       # no driver loaded at all
+    ('container', {'kernel': '6.8.0-50-generic'}, 'proceed'),         # the operator builds for the new kernel
+    ('something-new', {'driver': '580.65.06'}, 'refuse'),             # never a guess
+])
+def test_driver_source_rules(source, pin, action):
+    assert driver_source_plan(pin, source)['action'] == action

@@ -27,6 +27,16 @@ def test_versions_and_result():
         result('failed', 'validate')
 
 
+def test_result_records_the_takeover_and_the_driver_source_after():
+    uninstalled = {'argv': ['/usr/bin/nvidia-uninstall', '--silent'], 'rc': 0, 'stdout': ['done'], 'stderr': []}
+    takeover = {'from': 'runfile', 'evidence': '/usr/bin/nvidia-uninstall', 'reason': 'taking the node over', 'uninstaller': uninstalled}
+    built = result('done', 'uncordon', facts_after=OK, takeover=takeover)
+    assert built['takeover'] == {'from': 'runfile', 'evidence': '/usr/bin/nvidia-uninstall', 'uninstaller': uninstalled}
+    assert (built['driver_source'], built['driver_source_evidence']) == ('host_package', None)
+    plain = result('left_alone', 'precheck')
+    assert (plain['takeover'], plain['driver_source'], plain['driver_source_evidence']) == (None, None, None)
+
+
 def test_summary_lists_every_node_and_says_why_the_rollout_stops():
     from ansible_collections.gpufleet.lifecycle.plugins.module_utils._upgrade import summary
     canary = {'state': 'quarantined', 'phase': 'quarantine', 'reason': 'validate: dcgm_diag_r1 failed',

@@ -173,3 +173,84 @@ def test_a_ladder_result_of_dcgm_diag_levels_is_read_as_its_ladder():
     # dcgmi missing: the module could not start the ladder; the first level carries its answer, the next ones were not run.
     missing = {'failed': True, 'reason': 'dcgmi_missing', 'msg': 'dcgmi was not found on PATH'}
     assert _validate.ladder_entries(missing, [1, 3]) == [{'level': 1, 'result': missing}, {'level': 3, 'result': None}]
+
+
+# ---- persistence and nodes without systemd (issue 27)
+
+# The real H100 node (tests/unit/fixtures/real-outputs/h100-device, issue 27): one GPU, persistence mode Enabled (nvidia-smi -q -x),
+# nvidia-persistenced running from the driver tree but no systemd (every unit reads null), no NVSwitch, no Fabric Manager.
+H100 = {
+    'health': 'ok', 'health_reason': None, 'health_message': None, 'driver_version': '580.159.04', 'gpu_count': 1, 'attached_gpus': 1,
+    'nvswitch_count': 0, 'systemd': False, 'persistence_mode': 'Enabled',
+    'gpus': [{'index': 0, 'name': 'NVIDIA H100 80GB HBM3', 'uuid': 'GPU-b76bcbb4-5a3d-f209-2823-57b9c3c452ba', 'pci_bus_id': '00000000:00:06.0',
+              'persistence_mode': 'Enabled', 'fabric': {'state': None, 'status': None}}],
+    'services': {'dcgm': None, 'nvidia-dcgm': None, 'nvidia-fabricmanager': None, 'nvidia-persistenced': None},
+}
+
+
+def h100(**changes):
+    value = copy.deepcopy(H100)
+    value.update(changes)
+    return value
+
+
+def test_the_h100_without_systemd_passes_on_what_nvidia_smi_reports():
+    result = evaluate(h100(), expected_gpu_count=1)
+    assert result['passed'], result
+    assert named(result, 'persistenced')['message'] == ('persistence mode Enabled on every GPU (1, nvidia-smi); '
+                                                        'no systemd to ask about nvidia-persistenced')
+    # No NVSwitch: no Fabric Manager check, whatever systemd says.
+    assert [check['name'] for check in result['checks']] == ['health', 'gpu_count', 'persistenced']
+
+
+def test_persistence_disabled_on_a_gpu_fails_naming_it_whatever_the_unit_says():
+    for services in (H100['services'], {'nvidia-persistenced': {'active': 'active', 'sub': 'running'}}):
+        node = h100(services=services, systemd=services is not H100['services'], persistence_mode='Disabled')
+        node['gpus'][0]['persistence_mode'] = 'Disabled'
+        check = named(evaluate(node), 'persistenced')
+        assert not check['passed']
+        assert check['message'].startswith('persistence mode is Disabled on GPU 0 (00000000:00:06.0, GPU-b76bcbb4-5a3d-f209-2823-57b9c3c452ba)')
+
+
+def test_no_systemd_and_no_answer_from_nvidia_smi_fails_never_passes_blindly():
+    node = h100(persistence_mode=None)
+    node['gpus'][0]['persistence_mode'] = None
+    check = named(evaluate(node), 'persistenced')
+    assert not check['passed']
+    assert check['message'] == ('cannot confirm persistence mode: nvidia-smi reports no persistence mode for GPU 0 (00000000:00:06.0, '
+                                'GPU-b76bcbb4-5a3d-f209-2823-57b9c3c452ba) and no systemd to ask about nvidia-persistenced')
+    assert not named(evaluate(h100(gpus=[], gpu_count=0, persistence_mode=None)), 'persistenced')['passed']
+
+
+def test_the_unit_is_one_source_among_others():
+    # Enabled on every GPU passes with the unit inactive (kept by nvidia-smi -pm 1, or a daemon systemd does not run).
+    stopped = facts()
+    stopped['services']['nvidia-persistenced'] = {'active': 'inactive', 'sub': 'dead'}
+    for gpu in stopped['gpus']:
+        gpu['persistence_mode'] = 'Enabled'
+    check = named(evaluate(stopped), 'persistenced')
+    assert check['passed'] and check['message'] == 'persistence mode Enabled on every GPU (8, nvidia-smi); nvidia-persistenced is inactive (dead)'
+    # The unit active and nvidia-smi silent: passes, and says so.
+    assert named(evaluate(facts()), 'persistenced')['message'] == 'nvidia-persistenced is active; nvidia-smi reports no persistence mode for 8 GPU(s)'
+    # Only the node-wide value: it stands for every GPU.
+    assert named(evaluate(h100(gpus=[dict(H100['gpus'][0], persistence_mode=None)])), 'persistenced')['passed']
+
+
+def test_fabric_manager_without_systemd_goes_by_the_fabric_state():
+    node = facts(systemd=False, services={'nvidia-fabricmanager': None, 'nvidia-persistenced': None})
+    for gpu in node['gpus']:
+        gpu['persistence_mode'] = 'Enabled'
+    result = evaluate(node)
+    assert result['passed'], result
+    assert named(result, 'fabric_manager')['message'] == ('no systemd to ask about nvidia-fabricmanager; nvidia-smi reports fabric state '
+                                                          'Completed on every GPU (4 NVSwitch)')
+    training = copy.deepcopy(node)
+    training['gpus'][5]['fabric'] = {'state': 'In Progress', 'status': None}
+    assert not named(evaluate(training), 'fabric_manager')['passed'] and not named(evaluate(training), 'fabric_state')['passed']
+    silent = copy.deepcopy(node)
+    for gpu in silent['gpus']:
+        gpu['fabric'] = {'state': None, 'status': None}
+    check = named(evaluate(silent), 'fabric_manager')
+    assert not check['passed'] and 'nvidia-smi reports no fabric state' in check['message']
+    # With systemd, a unit that is not active still fails, as before.
+    assert not named(evaluate(facts(services={'nvidia-fabricmanager': None})), 'fabric_manager')['passed']

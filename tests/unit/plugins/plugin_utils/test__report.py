@@ -13,6 +13,7 @@ import datetime
 import html.parser
 import json
 import os
+from xml.etree import ElementTree
 
 import jsonschema
 import junitparser
@@ -35,7 +36,14 @@ FACTS = {
     'packages': {'nvidia-driver-550-server': '550.127.05-0ubuntu1', 'nvidia-fabricmanager-550': '550.127.05-1',
                  'nvidia-container-toolkit': '1.16.2-1', 'nvidia-container-toolkit-base': '1.16.2-1'},
     'tools': {'dcgm': '3.3.9', 'nvidia_ctk': '1.16.2', 'fabric_manager': '550.127.05', 'nvcc': None},
+    'driver_source': 'host_package', 'driver_source_evidence': 'package nvidia-driver-550-server 550.127.05-0ubuntu1 (dpkg)',
 }
+# The real H100's driver (tests/unit/plugins/module_utils/test__facts_h100.py): a mounted tree no package owns.
+UNOWNED = {'driver_source': 'unowned', 'driver_source_evidence': (
+    'nvidia-smi at /usr/local/nvidia/bin/nvidia-smi; loaded nvidia module 580.159.04 (/proc/driver/nvidia/version); '
+    'driver tree /usr/local/nvidia (/usr/local/nvidia/version: 580.159.04); '
+    'no driver package (dpkg), no GPU Operator root, no nvidia-installer log or nvidia-uninstall')}
+RUNFILE = {'driver_source': 'runfile', 'driver_source_evidence': "/var/log/nvidia-installer.log (NVIDIA's runfile installer)"}
 PIN = {'driver': '550.127.05', 'fabric_manager': '550.127.05', 'container_toolkit': '1.16.2', 'dcgm': '3.3.9'}
 T0 = 1795000000.0
 
@@ -407,3 +415,75 @@ def test_fleet_line_is_periodic_and_only_after_a_change():
     assert progress.fleet_line(100.0) == 'fleet: 1 done, 0 in flight, 2 pending, 1 failed; budget 1/2; about 1m40s left'
     assert progress.fleet_line(500.0) is None
     assert progress.fleet_line(500.0, force=True).startswith('fleet: 1 done')
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Where each node's driver came from (issue 27).
+
+def source_hosts():
+    hosts = drift_hosts()
+    facts = fleet_facts()
+    hosts['gpu-02']['drift'] = drift_result(dict(facts['gpu-02'], **UNOWNED))
+    hosts['gpu-03']['drift'] = drift_result(dict(facts['gpu-03'], **RUNFILE))
+    return hosts
+
+
+def test_driver_source_per_node_and_counted():
+    # drift_check's result carries the facts' driver_source and its evidence (compute_drift), the report each node's.
+    assert drift_result(dict(FACTS, **UNOWNED))['driver_source'] == 'unowned'
+    report = _report.build(RUN, source_hosts())
+    nodes = dict((node['name'], node) for node in report['nodes'])
+    assert [(name, nodes[name]['driver_source']) for name in sorted(nodes)] == [
+        ('gpu-01', 'host_package'), ('gpu-02', 'unowned'), ('gpu-03', 'runfile'), ('gpu-04', None)]
+    assert nodes['gpu-02']['driver_source_evidence'] == UNOWNED['driver_source_evidence']
+    assert nodes['gpu-04']['driver_source_evidence'] is None
+    assert report['summary']['driver_sources'] == {'container': 0, 'host_package': 1, 'runfile': 1, 'unowned': 1}
+    assert report['schema_version'] == '1.2'
+    jsonschema.validate(json.loads(json.dumps(report)), _report.schema())
+
+
+def test_a_value_that_is_not_a_driver_source_is_not_reported():
+    hosts = source_hosts()
+    hosts['gpu-02']['drift']['driver_source'] = 'sideways'
+    node = [node for node in _report.build(RUN, hosts)['nodes'] if node['name'] == 'gpu-02'][0]
+    assert (node['driver_source'], node['driver_source_evidence']) == (None, None)
+
+
+def test_markdown_and_html_show_the_driver_source_and_what_decided_it():
+    report = _report.build(RUN, source_hosts())
+    text = _report_render.markdown(report)
+    assert 'Driver sources: 1 host_package, 1 runfile, 1 unowned.' in text
+    assert '| node | state | Ansible | drift | driver source | rollout phase | reason |' in text
+    assert '| gpu-02 | drifted | ok | drifted | unowned |' in text and '| gpu-01 | in_sync | ok | in_sync | host_package |' in text
+    assert '## Drivers no package manages' in text
+    assert '| gpu-02 | unowned | nvidia-smi at /usr/local/nvidia/bin/nvidia-smi; ' in text
+    assert "| gpu-03 | runfile | /var/log/nvidia-installer.log (NVIDIA's runfile installer) |" in text
+    assert '| gpu-01 | host_package |' not in text
+    page = _report_render.html(report)
+    assert '<td class="driver-source unowned" title="nvidia-smi at /usr/local/nvidia/bin/nvidia-smi; ' in page
+    assert '<h2 id="driver-sources">' in page and '<span class="runfile">1 runfile</span>' in page
+
+
+def test_junit_and_metrics_carry_the_driver_source():
+    report = _report.build(RUN, source_hosts())
+    cases = ElementTree.fromstring(_report_render.junit(report).encode('utf-8')).iter('testcase')
+    properties = dict((case.get('name'), dict((item.get('name'), item.get('value')) for item in case.iter('property'))) for case in cases)
+    assert properties['gpu-02']['driver_source'] == 'unowned' and 'driver_source' not in properties['gpu-04']
+    found = samples(_report_render.metrics(report))
+    label = ('playbook', 'drift_report')
+    assert [found[('gpufleet_driver_source_nodes', (label, ('source', source)))] for source in _report.DRIVER_SOURCES] == [0, 1, 1, 1]
+
+
+def test_a_report_before_schema_1_2_merges_and_renders():
+    # A shard written before the driver source was reported: its nodes have no driver_source, its summary no count.
+    older = json.loads(json.dumps(_report.build(dict(RUN, id='a'), drift_hosts())))
+    older['schema_version'] = '1.1'
+    del older['summary']['driver_sources']
+    for node in older['nodes']:
+        del node['driver_source'], node['driver_source_evidence']
+    newer = _report.build(dict(RUN, id='b', started=T0 + 20, finished=T0 + 30), {'gpu-05': source_hosts()['gpu-02']})
+    merged = _report.merge([older, newer])
+    assert merged['summary']['driver_sources'] == {'container': 0, 'host_package': 0, 'runfile': 0, 'unowned': 1}
+    assert '| gpu-01 | in_sync | ok | in_sync | - |' in _report_render.markdown(merged)
+    assert 'gpu-05' in _report_render.html(merged)
+    assert _report_render.markdown(older) and _report_render.html(older)

@@ -451,6 +451,7 @@ def test_scheduler_retry_doubles_the_pause_up_to_the_cap_and_gives_up_at_the_tim
     ({'gpufleet_scheduler': ['slurm']}, 'gpufleet_scheduler: '),
     ({'gpufleet_reboot_method': 'kexec'}, "gpufleet_reboot_method: 'kexec' is not one of os, driver_reload, bmc"),
     ({'gpufleet_reboot_method': 'none'}, "gpufleet_reboot_method: 'none' is not one of"),
+    ({'gpufleet_driver_flavor': 'proprietary'}, "gpufleet_driver_flavor: 'proprietary' is not one of server, open, cuda-drivers"),
     ({'gpufleet_ledger_backend': 'etcd'}, "gpufleet_ledger_backend: 'etcd' is not a ledger backend"),
     ({'gpufleet_ledger_backend': 'kubernetes', 'gpufleet_ledger_lease_seconds': 1}, 'gpufleet_ledger_lease_seconds: must be'),
 ])
@@ -460,7 +461,7 @@ def test_a_bad_input_fails_naming_the_variable_first(variables, start):
     assert str(error.value).startswith(start) and 'nothing was touched' in str(error.value)
 
 
-@pytest.mark.parametrize('variables', [{}, {'gpufleet_scheduler': 'slurm', 'gpufleet_reboot_method': 'bmc'},
+@pytest.mark.parametrize('variables', [{}, {'gpufleet_scheduler': 'slurm', 'gpufleet_reboot_method': 'bmc', 'gpufleet_driver_flavor': 'open'},
                                        {'gpufleet_scheduler': '', 'gpufleet_reboot_method': None, 'gpufleet_ledger_backend': 'kubernetes'}])
 def test_good_inputs_pass(variables):
     _rollout.check_inputs(variables)
