@@ -381,7 +381,8 @@ def compute_drift(facts, pin, driver_flavor=None):
             result['drift'][component] = entry
         result['components'][component] = {'status': STATUS_DRIFTED if entry else STATUS_IN_SYNC, 'expected': expected,
                                            'actual': actual, 'source': source}
-    if driver_flavor:
+    if driver_flavor and 'driver' in pinned:
+        # The flavor is the pinned driver's: a pin without a driver (DCGM, the toolkit) says nothing of the kernel module.
         _flavor_component(facts, driver_flavor, result)
     result['status'] = STATUS_DRIFTED if result['drift'] else STATUS_IN_SYNC
     if result['drift']:

@@ -215,15 +215,21 @@ def _driver_source(raw, packages, manager, package_error, kernel_module_loaded, 
     if raw.get('gpu_operator_driver_root'):
         return 'container', "%s is populated (the GPU Operator's driver root)" % GPU_OPERATOR_DRIVER_ROOT
     package = _driver_package(packages)
+    named = 'package %s%s (%s)' % (package[0], ' %s' % package[1] if package[1] else '', manager) if package else ''
+    # The runfile's uninstaller is there until nvidia-uninstall ran: a runfile driver, whatever packages there are too
+    # (a library or a stray driver package beside it is the two-driver node the runbook warns about, never host_package).
+    log = [RUNFILE_INSTALLER_LOG] if raw.get('runfile_installer_log') else []
+    if raw.get('runfile_uninstaller'):
+        return 'runfile', "%s (NVIDIA's runfile installer)%s" % (', '.join([RUNFILE_UNINSTALLER] + log), '; also %s' % named if named else '')
     if package:
-        return 'host_package', 'package %s%s (%s)' % (package[0], ' %s' % package[1] if package[1] else '', manager)
-    runfile = [path for key, path in (('runfile_uninstaller', RUNFILE_UNINSTALLER), ('runfile_installer_log', RUNFILE_INSTALLER_LOG))
-               if raw.get(key)]
-    if runfile:
-        return 'runfile', "%s (NVIDIA's runfile installer)" % ', '.join(runfile)
-    smi = (raw.get('nvidia_smi') or {}).get('path')
-    if not (kernel_module_loaded or raw.get('proc_driver_version') or raw.get('nvidia_smi') is not None):
+        return 'host_package', named
+    present = kernel_module_loaded or raw.get('proc_driver_version') or raw.get('nvidia_smi') is not None
+    if not present:
         return None, None
+    # The installer's log outlives nvidia-uninstall: it names the runfile only while a driver no package claims is there.
+    if log:
+        return 'runfile', "%s (NVIDIA's runfile installer; no nvidia-uninstall)" % RUNFILE_INSTALLER_LOG
+    smi = (raw.get('nvidia_smi') or {}).get('path')
     found = []
     if smi:
         found.append('nvidia-smi at %s' % smi)

@@ -131,20 +131,24 @@ def precheck(facts, on_broken='quarantine', skip=False, resumed_from='', pin=Non
     decided = {'action': 'proceed'}
     if pin is not None:
         decided = driver_source_plan(pin, source, facts.get('driver_source_evidence') or '', takeover, 'node_upgrade_pin', TAKEOVER_VARIABLE)
-        if decided['action'] == 'refuse':
-            return {'action': 'left_alone', 'reason': decided['reason'], 'takeover': False}
+    refused = decided['action'] == 'refuse'
     taking_over = decided['action'] == 'takeover'
     if facts.get('health') == 'broken':
         words = (facts.get('health_message') or '').strip().splitlines()
         if resumed_from in CHANGED_BY_US:
+            if refused:
+                return {'action': 'left_alone', 'reason': decided['reason'], 'takeover': False}
             return {'action': 'proceed', 'takeover': taking_over,
                     'reason': 'caught %s by a crash, %s as the upgrade left it: the procedure goes on and the validation decides' % (
                         resumed_from, facts.get('health_reason'))}
         reason = 'broken before the upgrade (%s): %s' % (facts.get('health_reason'), words[0] if words else 'no message')
+        # A broken node is never left in service because its driver source refuses the converge: on_broken decides first.
         if on_broken == 'quarantine':
-            return {'action': 'quarantine', 'reason': reason, 'takeover': False}
+            return {'action': 'quarantine', 'reason': reason + ('; %s' % decided['reason'] if refused else ''), 'takeover': False}
         if on_broken == 'skip':
-            return {'action': 'left_alone', 'reason': reason, 'takeover': False}
+            return {'action': 'left_alone', 'reason': reason + ('; %s' % decided['reason'] if refused else ''), 'takeover': False}
+    if refused:
+        return {'action': 'left_alone', 'reason': decided['reason'], 'takeover': False}
     return {'action': 'proceed', 'reason': decided.get('reason') or '', 'takeover': taking_over}
 
 
@@ -296,6 +300,10 @@ def start(options, facts, pin, now, owner=''):
     if facts is None:
         raise ProcedureError('facts: the node gave no gpufleet facts')
     pin = _pin_of(pin)
+    if not options['driver_flavor']:
+        # No flavor asked: the converge keeps the loaded kernel module's (a switch nobody asked for could leave an open-only
+        # GPU without a driver); no module loaded reads as the proprietary server flavor, the roles' own default.
+        options['driver_flavor'] = 'open' if facts.get('kernel_module_flavor') == 'open' else 'server'
     state = _new_state(options, now, owner, facts, pin)
     if options['converge'] and options['previous_pin'] and pin is None and not options['skip']:
         return _end(state, 'left_alone', 'no previous pin recorded on the node (pin.previous.json): nothing to roll back to')

@@ -562,6 +562,11 @@ def driver_source_plan(pin, driver_source, evidence='', takeover=False, name='pi
             return {'action': 'refuse', 'field': '%s.driver' % name, 'reason': (
                 "%s.driver: %s=true needs a pinned driver to install in place of NVIDIA's runfile driver (%s); this pin has a kernel "
                 "and no driver: add the driver to the pin, or leave %s false" % (name, takeover_name, where, takeover_name))}
+        if takeover and RUNFILE_UNINSTALLER not in (evidence or ''):
+            return {'action': 'refuse', 'field': takeover_name, 'reason': (
+                "%s%s=true cannot take this node over: NVIDIA's runfile driver is there (%s) but its uninstaller %s is not "
+                "(an earlier nvidia-uninstall or a hand removal left the rest); remove what is left of the runfile driver by hand, "
+                "then converge" % (label, takeover_name, where, RUNFILE_UNINSTALLER))}
         if takeover:
             return {'action': 'takeover', 'field': field, 'reason': (
                 "taking the node over from NVIDIA's runfile driver (%s): %s --silent removes it, then the pinned packages are "

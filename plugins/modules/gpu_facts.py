@@ -233,9 +233,11 @@ ansible_facts:
           description:
             - Where the node's NVIDIA driver came from, the first that applies.
             - C(container) - the GPU Operator's driver root C(/run/nvidia/driver) is populated.
+            - C(runfile) - NVIDIA's runfile installer's C(/usr/bin/nvidia-uninstall) is there, whatever packages there are too.
             - C(host_package) - a driver package is installed (C(nvidia-driver-*), C(cuda-drivers), C(nvidia-open), C(kmod-nvidia*),
               ...).
-            - C(runfile) - NVIDIA's runfile installer left C(/usr/bin/nvidia-uninstall) or C(/var/log/nvidia-installer.log).
+            - C(runfile) also when C(/var/log/nvidia-installer.log) is there with a driver and no driver package (the log
+              outlives C(nvidia-uninstall)).
             - C(unowned) - a driver is there (the C(nvidia) module loaded, C(/proc/driver/nvidia/version), or an C(nvidia-smi))
               but no package, GPU Operator root or installer claims it, such as a driver tree mounted at C(/usr/local/nvidia).
             - Null only when there is no NVIDIA driver and nothing claims one.

@@ -355,6 +355,13 @@ def test_driver_flavor_not_given_is_not_compared():
     assert 'driver_flavor' not in report['components'] and report['status'] == 'in_sync'
 
 
+def test_driver_flavor_is_compared_only_with_a_pinned_driver():
+    # A DCGM-only pin says nothing of the kernel module: an open node is not drifted for it (the nightly converge would pick
+    # it every night and change nothing).
+    report = compute_drift(facts(kernel_module_flavor='open', tools={'dcgm': '4.1.0'}), {'dcgm': '4.1.0'}, driver_flavor='server')
+    assert 'driver_flavor' not in report['components'] and report['status'] != 'drifted', report
+
+
 def test_driver_flavor_of_a_node_without_a_driver_or_a_broken_one():
     absent = compute_drift(facts(health='absent', driver_version=None, gpus=[], kernel_module_flavor=None), {'driver': '580.65.06'},
                            driver_flavor='open')

@@ -230,11 +230,15 @@ def loaded(**raw):
 @pytest.mark.parametrize('raw, source, evidence', [
     (loaded(gpu_operator_driver_root=True, packages=DRIVER_LISTING, runfile_uninstaller=True),
      'container', "/run/nvidia/driver is populated (the GPU Operator's driver root)"),
+    # The runfile's uninstaller beside a driver package: two drivers, named runfile (a converge must not add a third).
     (loaded(packages=DRIVER_LISTING, runfile_uninstaller=True, runfile_installer_log=True),
-     'host_package', 'package nvidia-driver-580-server 580.65.06-0ubuntu1 (dpkg)'),
+     'runfile', "/usr/bin/nvidia-uninstall, /var/log/nvidia-installer.log (NVIDIA's runfile installer); "
+     "also package nvidia-driver-580-server 580.65.06-0ubuntu1 (dpkg)"),
+    # The installer's log outlives nvidia-uninstall: beside a driver package it is history, not a second driver.
+    (loaded(packages=DRIVER_LISTING, runfile_installer_log=True), 'host_package', 'package nvidia-driver-580-server 580.65.06-0ubuntu1 (dpkg)'),
     (loaded(runfile_uninstaller=True, runfile_installer_log=True),
      'runfile', "/usr/bin/nvidia-uninstall, /var/log/nvidia-installer.log (NVIDIA's runfile installer)"),
-    (loaded(runfile_installer_log=True), 'runfile', "/var/log/nvidia-installer.log (NVIDIA's runfile installer)"),
+    (loaded(runfile_installer_log=True), 'runfile', "/var/log/nvidia-installer.log (NVIDIA's runfile installer; no nvidia-uninstall)"),
     (loaded(runfile_uninstaller=True), 'runfile', "/usr/bin/nvidia-uninstall (NVIDIA's runfile installer)"),
     (loaded(), 'unowned', 'nvidia-smi at /usr/bin/nvidia-smi; loaded nvidia module 570.124.06 (/proc/driver/nvidia/version); '
      'no driver package (dpkg), no GPU Operator root, no nvidia-installer log or nvidia-uninstall'),
@@ -270,7 +274,9 @@ def test_no_driver_and_no_claim_is_null_with_no_evidence():
 def test_a_claim_without_a_loaded_driver_still_names_the_source():
     # A package or a runfile installer left on a node whose module is not loaded: the source is the claim, not unowned.
     assert assemble({'packages': DRIVER_LISTING})['driver_source'] == 'host_package'
-    assert assemble({'runfile_installer_log': True})['driver_source'] == 'runfile'
+    assert assemble({'runfile_uninstaller': True})['driver_source'] == 'runfile'
+    # The installer's log alone, no driver: what nvidia-uninstall leaves behind; nothing claims a driver any more.
+    assert assemble({'runfile_installer_log': True})['driver_source'] is None
     assert assemble({'gpu_operator_driver_root': True})['driver_source'] == 'container'
 
 

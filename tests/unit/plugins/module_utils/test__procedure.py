@@ -447,6 +447,16 @@ def test_a_converge_on_an_unowned_driver_ends_left_alone_even_when_a_takeover_is
     assert 'remove' in state['reason'] and ('cannot take this node over' in state['reason']) is takeover
 
 
+@pytest.mark.parametrize('node', [RUNFILE, UNOWNED])
+def test_a_broken_node_is_quarantined_whatever_its_driver_source(node):
+    """on_broken decides first: a broken runfile or unowned node is never left in service because the converge is refused."""
+    broken = dict(node, health='broken', health_reason='gpu_lost', health_message='Unable to determine the device handle for GPU0')
+    state = start(options(), broken, NEW, 1.0)
+    assert state['next'] == 'quarantine', state
+    assert state['why'].startswith('broken before the upgrade (gpu_lost)') and 'driver_source=%s' % node['driver_source'] in state['why']
+    assert start(options(on_broken='skip'), broken, NEW, 1.0)['state'] == 'left_alone'
+
+
 def test_a_takeover_asked_on_a_gpu_operator_node_ends_left_alone_naming_the_variable():
     for pin in (NEW, None):
         state = start(options(driver_takeover='true'), dict(OK, driver_source='container'), pin, 1.0)
@@ -535,3 +545,11 @@ def test_the_new_options_are_checked_and_name_their_variable():
         checked_options({'driver_takeover': 'perhaps'})
     assert checked_options({'driver_takeover': 'yes', 'driver_flavor': None})['driver_takeover'] is True
     assert checked_options({})['driver_flavor'] == ''
+
+
+@pytest.mark.parametrize('loaded, asked, flavor', [('open', '', 'open'), ('proprietary', '', 'server'), (None, '', 'server'),
+                                                   ('open', 'server', 'server'), ('proprietary', 'open', 'open')])
+def test_without_a_flavor_asked_the_converge_keeps_the_loaded_module_s(loaded, asked, flavor):
+    """A converge never switches a flavor nobody asked to switch (an open-only GPU would come back without a driver)."""
+    state = start(options(driver_flavor=asked), dict(OK, kernel_module_flavor=loaded), NEW, 1.0)
+    assert state['options']['driver_flavor'] == flavor and state['next'] == 'drain'

@@ -409,6 +409,11 @@ def test_a_runfile_driver_is_taken_over_only_when_asked():
     # Never a take-over that would leave the node without a driver: a kernel-only pin has none to install.
     kernel_only = driver_source_plan({'kernel': '6.8.0-50-generic'}, 'runfile', RUNFILE_EVIDENCE, takeover=True)
     assert kernel_only['action'] == 'refuse' and 'needs a pinned driver' in kernel_only['reason']
+    # Only the installer's log left (nvidia-uninstall ran, or the rest was removed by hand): nothing to take over with.
+    log_only = "/var/log/nvidia-installer.log (NVIDIA's runfile installer; no nvidia-uninstall)"
+    refused = driver_source_plan({'driver': '580.65.06'}, 'runfile', log_only, takeover=True, takeover_name='gpufleet_driver_takeover')
+    assert refused['action'] == 'refuse' and refused['field'] == 'gpufleet_driver_takeover', refused
+    assert 'its uninstaller /usr/bin/nvidia-uninstall is not' in refused['reason'], refused
 
 
 @pytest.mark.parametrize('takeover', [False, True])
