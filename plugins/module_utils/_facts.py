@@ -125,23 +125,27 @@ def module_loaded(proc_modules, name):
 
 
 def _package_facts(raw):
+    """(manager, {installed package: version}, [held], error, {package an interrupted install left half-way: status})."""
     listing = raw.get('packages') or {}
     manager = listing.get('manager')
     if not manager:
-        return None, {}, [], None
+        return None, {}, [], None, {}
     if listing.get('timed_out'):
-        return manager, {}, [], 'package listing did not finish: %s' % _command.describe_timeout(listing)
+        return manager, {}, [], 'package listing did not finish: %s' % _command.describe_timeout(listing), {}
     if listing.get('rc') not in (0, None):
-        return manager, {}, [], 'package listing failed (rc=%s): %s' % (listing.get('rc'), (listing.get('stderr') or '').strip())
+        return manager, {}, [], 'package listing failed (rc=%s): %s' % (listing.get('rc'), (listing.get('stderr') or '').strip()), {}
     try:
         if manager == 'dpkg':
-            parsed = _packages.parse_dpkg_query(listing.get('stdout') or '')
+            parsed = _packages.parse_dpkg_query(listing.get('stdout') or '', partial=True)
         else:
             parsed = _packages.parse_rpm_query(listing.get('stdout') or '')
     except _packages.PackageParseError as exc:
-        return manager, {}, [], 'package listing unreadable: %s' % exc
-    packages, held = filter_packages(parsed)
-    return manager, packages, held, None
+        return manager, {}, [], 'package listing unreadable: %s' % exc, {}
+    installed = dict((name, info) for name, info in parsed.items() if (info.get('status') or 'ii')[1:2] == 'i')
+    packages, held = filter_packages(installed)
+    partial = dict((name.split(':', 1)[0], info['status']) for name, info in parsed.items()
+                   if name not in installed and NVIDIA_PACKAGE.match(name.split(':', 1)[0]))
+    return manager, packages, held, None, partial
 
 
 def _banner(raw, key, parser):
@@ -210,12 +214,18 @@ def _driver_package(packages):
     return name, packages[name]
 
 
-def _driver_source(raw, packages, manager, package_error, kernel_module_loaded, kernel_module_version, tree):
+def _driver_source(raw, packages, manager, package_error, kernel_module_loaded, kernel_module_version, tree, partial=None):
     """``(driver_source, evidence)``: where the node's driver came from, in precedence order, and what decided it."""
     if raw.get('gpu_operator_driver_root'):
         return 'container', "%s is populated (the GPU Operator's driver root)" % GPU_OPERATOR_DRIVER_ROOT
     package = _driver_package(packages)
     named = 'package %s%s (%s)' % (package[0], ' %s' % package[1] if package[1] else '', manager) if package else ''
+    if not package:
+        # An interrupted install (dpkg's iU, iF ...) still claims the driver: the package manager's, half-way.
+        half = _driver_package(dict((name, None) for name in partial or {}))
+        if half:
+            package = half
+            named = 'package %s (%s, %s: an install was interrupted)' % (half[0], manager, partial[half[0]])
     # The runfile's uninstaller is there until nvidia-uninstall ran: a runfile driver, whatever packages there are too
     # (a library or a stray driver package beside it is the two-driver node the runbook warns about, never host_package).
     log = [RUNFILE_INSTALLER_LOG] if raw.get('runfile_installer_log') else []
@@ -354,7 +364,7 @@ def assemble(raw):
     ``<root>/version`` beside an nvidia-smi at ``<root>/bin/nvidia-smi``, None when not a readable file); nvswitch_count;
     records {file name: text or None} (the state folder).
     """
-    manager, packages, held, package_error = _package_facts(raw)
+    manager, packages, held, package_error, partial = _package_facts(raw)
     kernel_module_loaded = module_loaded(raw.get('proc_modules'), 'nvidia')
     health, reason, message, document = _health(raw, packages, kernel_module_loaded)
     kernel_module_version = None
@@ -364,7 +374,7 @@ def assemble(raw):
         message = '%s\nloaded kernel module: %s' % (message, kernel_module_version)
     services = dict((unit, parse_systemctl_show((raw.get('services') or {}).get(unit))) for unit in SERVICES)
     tree = _driver_tree(raw)
-    source, evidence = _driver_source(raw, packages, manager, package_error, kernel_module_loaded, kernel_module_version, tree)
+    source, evidence = _driver_source(raw, packages, manager, package_error, kernel_module_loaded, kernel_module_version, tree, partial)
     facts = {
         'schema_version': SCHEMA_VERSION,
         'health': health,

@@ -109,7 +109,12 @@ def _valid_dpkg_status(abbrev):
     return len(abbrev) == 2 or abbrev[2] in _DPKG_EFLAG
 
 
-def parse_dpkg_query(text):
+# dpkg's package states between not installed and installed (the second letter of the status abbreviation): unpacked,
+# half-configured, half-installed, triggers awaited, triggers pending - what an interrupted install leaves.
+DPKG_PARTIAL_STATES = 'UFHWt'
+
+
+def parse_dpkg_query(text, partial=False):
     """Parse ``dpkg-query -W -f DPKG_QUERY_FORMAT`` output.
 
     Returns ``{name: {'version': str, 'held': bool, 'status': str}}`` for the
@@ -120,7 +125,8 @@ def parse_dpkg_query(text):
     ...) are left out.  If the same name occurs twice (a Multi-Arch: same
     package installed for two architectures), the first installed line wins.
     Lines that do not split into three tab-separated fields raise
-    :class:`PackageParseError`.
+    :class:`PackageParseError`.  ``partial``: also the packages an interrupted
+    install left between states (:data:`DPKG_PARTIAL_STATES`: ``iU``, ``iF`` ...).
     """
     what = 'dpkg-query output'
     text = _text(text, what)
@@ -138,7 +144,7 @@ def parse_dpkg_query(text):
             raise _error(what, lineno, line, 'invalid package name')
         if not _valid_dpkg_status(abbrev):
             raise _error(what, lineno, line, 'invalid status abbreviation %r' % abbrev)
-        if abbrev[1] != 'i':
+        if abbrev[1] != 'i' and not (partial and abbrev[1] in DPKG_PARTIAL_STATES):
             continue
         if not version or any(ch.isspace() for ch in version):
             raise _error(what, lineno, line, 'installed package without a valid version')

@@ -371,3 +371,19 @@ def test_persistence_mode_from_real_xml():
     # The T4 capture prints Persistence Mode Disabled; the H100 one Enabled (test__facts_h100.py).
     facts = assemble(loaded())
     assert facts['gpus'][0]['persistence_mode'] == 'Disabled' and facts['persistence_mode'] == 'Disabled'
+
+
+def test_an_interrupted_install_still_claims_the_driver_for_the_package_manager():
+    """A dpkg that failed mid-install (the sim's dpkg_fail: every package of the new pin unpacked, iU) leaves no driver package
+    installed while the old module stays loaded: the driver is still the package manager's, never unowned (a rollback by
+    packages must not be refused as a second driver)."""
+    listing = {'manager': 'dpkg', 'rc': 0, 'stdout': 'libnvidia-compute-580\t580.65.06-0ubuntu1\tiU \n'
+               'nvidia-driver-580-server\t580.65.06-0ubuntu1\tiU \nnvidia-dkms-580\t580.65.06-0ubuntu1\tiF \n'
+               'nvidia-driver-550-server\t550.127.05-0ubuntu1\trc \n'}
+    facts = assemble(loaded(packages=listing))
+    assert facts['driver_source'] == 'host_package', facts['driver_source_evidence']
+    assert facts['driver_source_evidence'] == 'package nvidia-driver-580-server (dpkg, iU: an install was interrupted)'
+    assert facts['packages'] == {}          # the installed packages stay the installed ones
+    # Only config files left (rc): removed, no claim.
+    removed = {'manager': 'dpkg', 'rc': 0, 'stdout': 'nvidia-driver-550-server\t550.127.05-0ubuntu1\trc \n'}
+    assert assemble(loaded(packages=removed))['driver_source'] == 'unowned'

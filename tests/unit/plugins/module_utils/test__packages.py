@@ -285,6 +285,11 @@ def test_parse_dpkg_query():
 def test_parse_dpkg_query_stripped_output_and_empty():
     assert parse_dpkg_query('nvidia-driver-580\t580.65.06-1\tii') == {'nvidia-driver-580': {'version': '580.65.06-1', 'held': False, 'status': 'ii'}}
     assert parse_dpkg_query('') == {}
+    # An interrupted install's states only when asked (partial); config files only (rc) never.
+    half = 'nvidia-dkms-580\t580.65.06-1\tiU \nnvidia-utils-580\t580.65.06-1\tiF \nnvidia-driver-550\t550.127.05-1\trc \n'
+    assert parse_dpkg_query(half) == {}
+    assert parse_dpkg_query(half, partial=True) == {'nvidia-dkms-580': {'version': '580.65.06-1', 'held': False, 'status': 'iU'},
+                                                    'nvidia-utils-580': {'version': '580.65.06-1', 'held': False, 'status': 'iF'}}
     assert parse_dpkg_query('\n\n') == {}
 
 
