@@ -326,11 +326,13 @@ def run_molecule(scenario, state_dir):
 # The modules that take longest (build/test-times.txt of a run lists them) are collected first, in this order, and
 # hacking/run_tests.sh runs xdist with --dist loadscope --no-loadscope-reorder: a worker runs a module at a time, and
 # xdist hands the first modules out two per worker before the rest go to whichever worker is free: worker i starts with
-# modules i and i + N (N workers, 4 by default). So the four longest come first and the 5th to 8th are the short ones
-# that pair with them (the molecule scenario of gpu_stack with the shortest of the four); a long module started last
-# would run alone at the end.
+# modules i and i + N (N workers, 4 by default). So the four longest come first and the 5th to 8th are the next ones
+# that pair with them to about the same sum (a cold run of issue 27: node_upgrade 1,272 s + node_drain 172, reliability_faults
+# 1,105 + node_shapes 327, rollout 1,048 + multi_controller 388, gpu_stack 1,117 + its molecule scenario 306); a long module
+# started last would run alone at the end, the short ones after them fill the workers evenly.
 FIRST = ('test_node_upgrade.py', 'test_reliability_faults.py', 'test_rollout.py', 'test_gpu_stack.py',
-         'test_sim_fleet.py', 'test_node_drain.py', 'test_sim_molecule.py', 'test_gpu_stack_molecule.py')
+         'test_node_drain.py', 'test_node_shapes.py', 'test_multi_controller.py', 'test_gpu_stack_molecule.py',
+         'test_sim_fleet.py', 'test_sim_molecule.py')
 
 
 def pytest_collection_modifyitems(session, config, items):
