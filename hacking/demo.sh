@@ -35,6 +35,9 @@ dcgm: 4.1.0
 PIN
 runs=$state/runs
 ledger=$runs/$run_id
+# A fresh fleet, a fresh ledger: an earlier demo's runs would give the planner their node durations (the node that hung
+# last time, longest, would go first as the canary).
+rm -rf "$runs" "$state/results" "$state/report"
 cat > "$state/vars.yml" <<VARS
 gpufleet_pin_file: $state/pin.yml
 gpufleet_window: 2                  # a sliding window of 2 nodes, refilled as each node finishes
