@@ -14,7 +14,10 @@ says now (:class:`SchedulerView`) and ``now`` (an aware datetime).  The answer (
 * ``pause``: no new admissions for anyone, in-flight nodes finish: ``operator``, ``circuit_breaker``
   (stays until an operator resets it), ``pin_suspect`` ("roll back the pin"), ``canary_failed``, ``budget``; its
   ``rules`` name every one of them that holds (the first is ``rule``);
-* ``skip``: the node is already in a final state (a resumed run does not admit it again).
+* ``skip``: the node is already in a final state (a resumed run does not admit it again);
+* ``leave``: a pending node another actor holds out of service now (an admin's drain or cordon, down, NotReady, a taint,
+  another system's quarantine: ``SchedulerView.held``) is left alone (rule ``held``) before any other rule: it never takes a
+  slot of the window and no phase is written for it.
 
 A node caught mid-way by a crash (in an in-flight state) is admitted again with rule ``resume``: it already
 holds its slot, and a pause does not stop it (in-flight nodes finish).  With several controllers (members of one run,
@@ -44,7 +47,7 @@ STATES = (PENDING,) + IN_FLIGHT + FINAL
 # Final states that count against the failure budget.
 FAILED = ('rolled_back', 'quarantined')
 
-ADMIT, WAIT, PAUSE, SKIP = 'admit', 'wait', 'pause', 'skip'
+ADMIT, WAIT, PAUSE, SKIP, LEAVE = 'admit', 'wait', 'pause', 'skip', 'leave'
 
 _UUID = re.compile(r'(?:gpu-|mig-)?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', re.IGNORECASE)
 _PCI = re.compile(r'\b[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\b', re.IGNORECASE)
@@ -89,13 +92,16 @@ class SchedulerView:
     """What the scheduler says at admission time.
 
     ``total_gpus``: GPUs of the whole fleet the floor is a share of (None: could not be read).
-    ``unavailable``: nodes down or cordoned/drained by others -> their GPUs (nodes of this rollout may appear;
-    they are counted once).  ``domains``: the domain of unavailable nodes outside the rollout.
+    ``unavailable``: nodes out of service now, whoever holds them (down, NotReady, cordoned, drained, tainted, held by another
+    system) -> their GPUs (nodes of this rollout may appear; they are counted once).  ``domains``: the domain of unavailable
+    nodes outside the rollout.  ``held``: the unavailable nodes another actor holds (not only gpufleet) -> who and how; a
+    pending node among them is left alone at the gate.
     """
 
     total_gpus: int | None = None
     unavailable: dict = dataclasses.field(default_factory=dict)
     domains: dict = dataclasses.field(default_factory=dict)
+    held: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,6 +376,9 @@ def admit(policy, rollout, scheduler, node, now, member=None):
         return Decision(ADMIT, 'resume', '%s was caught %s: re-check and continue' % (node, me.state), canary=me.canary)
     if me.state != PENDING:
         raise ValueError('%s: unknown state %r' % (node, me.state))
+    if node in scheduler.held:
+        return Decision(LEAVE, 'held', 'held out of service by another actor: %s; left alone (the rollout never takes over '
+                        'another actor\'s node)' % scheduler.held[node])
 
     paused = pause_decision(policy, rollout, now)
     if paused:
@@ -478,7 +487,7 @@ def first_in_line(policy, rollout, scheduler, node, order, candidates, now):
     for name in order:
         if name == node:
             return None
-        if name not in candidates or name not in rollout.nodes or rollout.nodes[name].state != PENDING:
+        if name not in candidates or name not in rollout.nodes or rollout.nodes[name].state != PENDING or name in scheduler.held:
             continue
         out = out_of_service(rollout, scheduler) if out is None else out
         if node_limits(policy, rollout, scheduler, name, out) is None:

@@ -14,7 +14,10 @@ built in (host_pinned starts hosts in that order):
    (a Slurm job comment ``gpufleet.io/checkpoint=<ISO time>``, a pod annotation of the same name) or, lacking
    one, the job's expected end; such a node is drained right after its checkpoint, so no GPU-hours are lost;
 3. nodes with running work that declares nothing (they wait for the job at the gate's drain timeout);
-4. nodes down or cordoned by others: listed, never admitted (``left_alone``).
+4. nodes another actor holds out of service (down, NotReady, drained or cordoned by an admin, tainted, another system's
+   hold; ``SchedulerView.held`` names who): listed with the actor, never admitted (the gate leaves them alone). Nodes only
+   gpufleet holds (an earlier run's quarantine) are planned like the others; every out-of-service node counts against the
+   capacity floor and the domain limit, whoever holds it.
 
 :func:`plan` then plays the sliding window forward (canary nodes one by one, then ``window`` at a time, a
 checkpointed node taking the first slot free after its checkpoint, admissions only inside the maintenance
@@ -200,7 +203,7 @@ def plan(policy, nodes, scheduler, now, estimates=None, converge=True):
     duration = node_seconds(estimates, converge)
     start_stamp = now.timestamp()
     unavailable = scheduler.unavailable
-    ordered = order(nodes, unavailable)
+    ordered = order(nodes, scheduler.held)
     candidates = [item for item in ordered if item[1] != 3]
     size = policy.window_size(len(candidates)) if candidates else 0
     cap = policy.budget_cap(len(nodes), 0) if candidates else None
@@ -265,7 +268,9 @@ def plan(policy, nodes, scheduler, now, estimates=None, converge=True):
         entry = {'node': node.name, 'domain': node.domain, 'gpus': node.gpus}
         if kind == 3:
             entry.update({'position': None, 'canary': False, 'start_in': None, 'end_in': None, 'predicted_seconds': 0})
-            blocked.insert(0, {'rule': 'cordoned_by_others', 'reason': 'down or cordoned by someone else: left alone'})
+            entry['held_by'] = scheduler.held.get(node.name)
+            blocked.insert(0, {'rule': 'cordoned_by_others', 'reason': 'held out of service by another actor (%s): left alone at the '
+                               'gate' % entry['held_by']})
         else:
             index, begin, end, is_canary = schedule[node.name]
             makespan_end = max(makespan_end, end)

@@ -37,6 +37,7 @@ import re
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._stack import DRIVER_FLAVORS
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _kube
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _phase
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _planner
@@ -53,6 +54,19 @@ _SLURM_OUT_FLAGS = frozenset(('DRAIN', 'NOT_RESPONDING', 'MAINTENANCE', 'RESERVE
 _GRES_GPU = re.compile(r'(?:^|,)gpu(?::[^:,()]+)?:([0-9]+)')
 _HOSTLIST = re.compile(r'^([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)$')
 GPU_RESOURCE = 'nvidia.com/gpu'
+# Taints that mirror what the node's own fields say (cordon, conditions): counted once, by those fields.
+_MIRROR_TAINTS = frozenset(('node.kubernetes.io/unschedulable', 'node.kubernetes.io/not-ready', 'node.kubernetes.io/unreachable'))
+# NoSchedule taints that dedicate a node to GPU work (the GPU workloads tolerate them): the node is in service.
+DEDICATION_TAINTS = frozenset((GPU_RESOURCE,))
+# Labels by which another system holds a node: key -> (the actor, the values that do NOT hold it). Sources: NVSentinel's
+# fault-quarantine (``k8saas.nvidia.com/cordon-by=NVSentinel``, the default label prefix) and state manager
+# (``dgxc.nvidia.com/nvsentinel-state``: quarantined, draining, drain-*, remediating, remediation-failed), the GPU Operator's
+# driver upgrade controller (``nvidia.com/gpu-driver-upgrade-state`` while it upgrades a node). docs/rollout-policy.md.
+HOLDER_LABELS = {
+    'k8saas.nvidia.com/cordon-by': ('NVSentinel quarantine', ()),
+    'dgxc.nvidia.com/nvsentinel-state': ('NVSentinel', ('remediation-succeeded',)),
+    'nvidia.com/gpu-driver-upgrade-state': ('the GPU Operator\'s driver upgrade', ('upgrade-done', 'upgrade-required', '')),
+}
 
 
 class RolloutError(ValueError):
@@ -86,22 +100,31 @@ def check_inputs(variables, run_dir='.'):
 # The scheduler.
 
 class Fleet:
-    """What the scheduler says now: ``gpus`` per node, the nodes ``unavailable`` (down or cordoned by anyone), and the jobs."""
+    """What the scheduler says now: ``gpus`` per node, the nodes ``unavailable`` (out of service for whatever reason, whoever
+    holds them), ``holders`` (node -> who holds it and how, one line, for every unavailable node), ``own`` (the unavailable
+    nodes only gpufleet holds: its own cordon, drain, reboot or quarantine) and the jobs."""
 
-    def __init__(self, gpus, unavailable, jobs=None):
+    def __init__(self, gpus, unavailable, jobs=None, holders=None, own=()):
         self.gpus = dict(gpus)
         self.unavailable = set(unavailable)
         self.jobs = jobs or {}
+        self.holders = dict(holders or {})
+        self.own = set(own) & self.unavailable
 
     def total(self):
         return sum(self.gpus.values()) if self.gpus else None
+
+    def held(self):
+        """The unavailable nodes another actor holds (not only gpufleet) -> who and how."""
+        return {name: self.holders.get(name) or 'unavailable' for name in self.unavailable if name not in self.own}
 
     def view(self, domains=None):
         """The gate's :class:`~._gate.SchedulerView` (``domains``: inventory_hostname -> domain, for nodes outside the rollout)."""
         domains = domains or {}
         return _gate.SchedulerView(total_gpus=self.total(),
                                    unavailable={name: self.gpus.get(name, 0) for name in self.unavailable},
-                                   domains={name: domains.get(name) for name in self.unavailable})
+                                   domains={name: domains.get(name) for name in self.unavailable},
+                                   held=self.held())
 
 
 def gres_gpus(gres):
@@ -124,18 +147,36 @@ def node_records(text):
     return records
 
 
+def slurm_holder(node):
+    """Who holds a Slurm node (``_slurm.parse_show_node``) out of service and how, one line; None when it is in service."""
+    base, flags = node['base_state'], set(node['flags'])
+    out = sorted(_SLURM_OUT_FLAGS.intersection(flags))
+    if base not in _SLURM_OUT_BASE and not out:
+        return None
+    words = ([base] if base in _SLURM_OUT_BASE else []) + out
+    reason = node.get('reason') or ''
+    return 'Slurm %s%s' % ('+'.join(words), (' (reason: %s)' % reason) if reason else ' (no reason set)')
+
+
 def slurm_view(text):
-    """:class:`Fleet` from ``scontrol show node -o`` (every node; the multi-line form without ``-o`` is read too)."""
+    """:class:`Fleet` from ``scontrol show node -o`` (every node; the multi-line form without ``-o`` is read too).
+
+    Out of service: DOWN, FUTURE, UNKNOWN, or a flag such as DRAIN, FAIL, NOT_RESPONDING, MAINTENANCE, REBOOT_*, POWER*; a node
+    whose reason gpufleet set (``gpufleet: ...``) is gpufleet's own."""
     gpus = {}
-    unavailable = set()
+    holders = {}
+    own = set()
     for record in node_records(text):
         node = _slurm.parse_show_node(record)
         gpus[node['name']] = gres_gpus(node.get('Gres'))
-        if node['base_state'] in _SLURM_OUT_BASE or _SLURM_OUT_FLAGS.intersection(node['flags']):
-            unavailable.add(node['name'])
+        holder = slurm_holder(node)
+        if holder:
+            holders[node['name']] = holder
+            if _slurm.is_gpufleet_reason(node.get('reason')):
+                own.add(node['name'])
     if not gpus:
         raise RolloutError('scontrol show node -o listed no node')
-    return Fleet(gpus, unavailable)
+    return Fleet(gpus, set(holders), holders=holders, own=own)
 
 
 def expand_hostlist(text):
@@ -207,10 +248,52 @@ def slurm_jobs(text):
     return dict(jobs)
 
 
+def kube_holders(item):
+    """Who holds a Kubernetes Node out of service and how: [(actor text, gpufleet's own?)], empty when it is in service.
+
+    NotReady (or no Ready condition that is True), cordoned (``spec.unschedulable``), a ``NoSchedule``/``NoExecute`` taint
+    (except the taints that mirror these two, the GPU dedication taints of :data:`DEDICATION_TAINTS` and gpufleet's soft
+    ``PreferNoSchedule`` mark) and another system's hold (:data:`HOLDER_LABELS`).  gpufleet's own: its cordon (its state label
+    says so), the taints it added and its quarantine taint."""
+    metadata = item.get('metadata') or {}
+    labels = metadata.get('labels') or {}
+    spec = item.get('spec') or {}
+    status = item.get('status') or {}
+    ours = labels.get(_kube.STATE_LABEL) in _kube.ACTIVE_STATES
+    found = []
+    ready = [condition.get('status') for condition in status.get('conditions') or [] if isinstance(condition, dict)
+             and condition.get('type') == 'Ready']
+    if ready and ready[0] != 'True':
+        found.append(('Kubernetes NotReady (Ready=%s)' % ready[0], False))
+    if spec.get('unschedulable'):
+        found.append(('Kubernetes cordon (gpufleet)' if ours else 'Kubernetes cordon by someone else', ours))
+    added = set()
+    if ours:
+        try:
+            added = {(taint.get('key'), taint.get('effect')) for taint in _kube.node_status(item)['added_taints']}
+        except _kube.KubeError:
+            added = set()
+    for taint in spec.get('taints') or []:
+        if not isinstance(taint, dict) or taint.get('effect') not in ('NoSchedule', 'NoExecute'):
+            continue
+        key = taint.get('key') or ''
+        if key in _MIRROR_TAINTS or key in DEDICATION_TAINTS:
+            continue
+        mine = key == _kube.QUARANTINE_TAINT_KEY or (key, taint.get('effect')) in added
+        text = '%s%s:%s' % (key, ('=%s' % taint['value']) if taint.get('value') else '', taint.get('effect'))
+        found.append(('taint %s%s' % (text, ' (gpufleet)' if mine else ''), mine))
+    for key, (actor, free) in HOLDER_LABELS.items():
+        if key in labels and str(labels[key]) not in free:
+            found.append(('%s (label %s=%s)' % (actor, key, labels[key]), False))
+    return found
+
+
 def kube_view(nodes_document):
-    """:class:`Fleet` from a Kubernetes ``NodeList`` (``kubectl get nodes -o json`` or the API's answer as a mapping)."""
+    """:class:`Fleet` from a Kubernetes ``NodeList`` (``kubectl get nodes -o json`` or the API's answer as a mapping); who holds
+    each node out of service: :func:`kube_holders`."""
     gpus = {}
-    unavailable = set()
+    holders = {}
+    own = set()
     for item in (nodes_document or {}).get('items') or []:
         metadata = item.get('metadata') or {}
         name = metadata.get('name')
@@ -222,12 +305,14 @@ def kube_view(nodes_document):
             gpus[name] = int(count)
         except (TypeError, ValueError):
             raise RolloutError('node %s: %s is %r, not a count' % (name, GPU_RESOURCE, count)) from None
-        ready = [condition.get('status') for condition in status.get('conditions') or [] if condition.get('type') == 'Ready']
-        if (item.get('spec') or {}).get('unschedulable') or (ready and ready[0] != 'True'):
-            unavailable.add(name)
+        found = kube_holders(item)
+        if found:
+            holders[name] = '; '.join(text for text, _mine in found)
+            if all(mine for _text, mine in found):
+                own.add(name)
     if not gpus:
         raise RolloutError('the Kubernetes API listed no node')
-    return Fleet(gpus, unavailable)
+    return Fleet(gpus, set(holders), holders=holders, own=own)
 
 
 def static_view(gpus_by_node):
@@ -435,7 +520,7 @@ def confirm_decision(validation, unreachable=False, pin=None):
 def plan_order(nodes, domains, fleet, earlier):
     """The plan's order of ``nodes``: nodes without running work first, longest first (their last duration in ``earlier``,
     the states of earlier runs, oldest first)."""
-    planned = _planner.order(plan_nodes(list(nodes), fleet, domains), fleet.unavailable, durations=_planner.node_durations(earlier))
+    planned = _planner.order(plan_nodes(list(nodes), fleet, domains), fleet.held(), durations=_planner.node_durations(earlier))
     return [item[0].name for item in planned]
 
 

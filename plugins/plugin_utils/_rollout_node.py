@@ -161,6 +161,10 @@ def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
                 details.update(member=me, resumed_from=caught)
             ledger.transition(node, 'admitted', decision.reason, details=details or None, resume=decision.rule == 'resume')
             _waiting(backend, ledger.run_id, node, False, ttl, clock.time())
+        elif decision.action == _gate.LEAVE:
+            # Another actor holds the node: left alone from pending, no slot taken, no phase written.
+            ledger.transition(node, 'left_alone', decision.reason, details={'held_by': scheduler.held.get(node), 'by': 'gate'})
+            _waiting(backend, ledger.run_id, node, False, ttl, clock.time())
         elif decision.action in (_gate.SKIP, _gate.PAUSE):
             _waiting(backend, ledger.run_id, node, False, ttl, clock.time())
             if decision.action == _gate.PAUSE and state['status'] != 'paused':
@@ -237,7 +241,7 @@ def look(context, ledger, policy, domains, waiting, poll):
     with ledger.locked(full=False):
         for node in sorted(waiting, key=lambda name: (rank.get(name, len(rank)), name)):
             record = ledger.node(node)
-            if same is not None and record is not None and record['state'] == _gate.PENDING:
+            if same is not None and record is not None and record['state'] == _gate.PENDING and node not in scheduler.held:
                 # A rule that holds for every pending node (the window or the budget's window full, the maintenance window, the
                 # canary, a pause) held the node before: it holds this one too, nothing else to decide.
                 _waiting(docs, ledger.run_id, node, same.action == _gate.WAIT, ttl, context.clock.time())

@@ -162,12 +162,15 @@ def test_the_capacity_floor_counts_a_node_drained_by_an_admin(fleet, tmp_path):
     finally:
         slurm_sim.scontrol(environment, 'update', 'NodeName=gpu-06', 'State=RESUME')
     assert state['nodes']['gpu-06']['state'] == 'left_alone', state['nodes']['gpu-06']
+    # Left alone at the gate: no slot taken, no phase written, the actor named.
+    assert [event['to'] for event in events if event['node'] == 'gpu-06'] == ['pending', 'left_alone'], events
+    assert state['nodes']['gpu-06']['held_by'].startswith('Slurm DRAIN (reason: admin: fan replacement'), state['nodes']['gpu-06']
     assert all(state['nodes'][node]['state'] == 'done' for node in ('gpu-01', 'gpu-02', 'gpu-03')), state['nodes']
     sizes = [len(flying) for _event, flying in in_flight_over_time(events)]
     assert max(sizes) == 1, sizes
     # 8 GPUs of gpu-06 plus one node in flight: never more than 16 of 48 out (65 % of 48 = 31.2 must stay).
     for _event, flying in in_flight_over_time(events):
-        assert 8 + 8 * len(flying - {'gpu-06'}) <= 48 - 31.2
+        assert 'gpu-06' not in flying and 8 + 8 * len(flying) <= 48 - 31.2
 
 
 def test_a_second_rollout_is_refused_naming_the_run(fleet, tmp_path):

@@ -50,6 +50,25 @@ def test_baseline_admits():
     assert (decision.action, decision.rule, decision.canary) == ('admit', 'admit', False)
 
 
+def test_a_pending_node_another_actor_holds_is_left_alone_before_any_rule():
+    # Even with the window full and the run paused by an operator: leaving it alone takes no slot and waits for nothing.
+    held = SchedulerView(total_gpus=80, unavailable={'n6': 8}, held={'n6': 'Slurm DRAIN (reason: admin: bad DIMM)'})
+    roll = dataclasses.replace(rollout(n1={'state': 'converging'}, n2={'state': 'validating'}), paused='alice')
+    decision = decide(roll=roll, scheduler=held)
+    assert (decision.action, decision.rule) == ('leave', 'held') and 'admin: bad DIMM' in decision.reason
+    # Out of service by gpufleet only (not held): decided as any node, its GPUs counted out.
+    own = SchedulerView(total_gpus=80, unavailable={'n6': 8}, held={})
+    assert (decide(scheduler=own).action, decide(scheduler=own).rule) == ('admit', 'admit')
+    # In flight (caught by a crash), a node out of service is ours: resumed, not left alone.
+    assert decide(roll=rollout(n6={'state': 'rebooting'}), scheduler=held).rule == 'resume'
+
+
+def test_the_queue_never_waits_for_a_held_node_ahead():
+    held = SchedulerView(total_gpus=80, unavailable={'n1': 8}, held={'n1': 'Kubernetes NotReady (Ready=False)'})
+    decision = _gate.in_line(policy(), rollout(), held, 'n2', ['n1', 'n2'], {'n1'}, NOW, decide(scheduler=held, node='n2'))
+    assert (decision.action, decision.rule) == ('admit', 'admit')
+
+
 def test_window_full():
     decision = decide(roll=rollout(n1={'state': 'converging'}, n2={'state': 'validating'}))
     assert (decision.action, decision.rule) == ('wait', 'window')

@@ -89,10 +89,23 @@ def test_blockers_now():
 
 
 def test_nodes_cordoned_by_others_listed_never_planned():
-    result = plan(policy(), [PlanNode('a'), PlanNode('b')], SchedulerView(total_gpus=16, unavailable={'b': 8}), NOW)
+    held = {'b': 'Slurm DRAIN (reason: bad fan)'}
+    result = plan(policy(), [PlanNode('a'), PlanNode('b')], SchedulerView(total_gpus=16, unavailable={'b': 8}, held=held), NOW)
     entry = result['order'][-1]
     assert entry['node'] == 'b' and entry['position'] is None and entry['blocked_by'][0]['rule'] == 'cordoned_by_others'
+    assert entry['held_by'] == 'Slurm DRAIN (reason: bad fan)' and 'bad fan' in entry['blocked_by'][0]['reason']
     assert result['nodes_planned'] == 1
+
+
+def test_a_node_only_gpufleet_holds_is_planned_and_counted_out():
+    # b is out (an earlier run's quarantine, gpufleet's own): planned like the others, its GPUs count against the floor.
+    pol = policy(gpufleet_capacity_floor='50%')
+    view = SchedulerView(total_gpus=24, unavailable={'b': 8}, held={})
+    result = plan(pol, [PlanNode('a', gpus=8), PlanNode('b', gpus=8), PlanNode('c', gpus=8)], view, NOW)
+    entries = {entry['node']: entry for entry in result['order']}
+    assert result['nodes_planned'] == 3 and entries['b']['position'] is not None and 'held_by' not in entries['b']
+    # 24 - 8 out - 8 = 8 of 24 < 50 %: the floor blocks every node now.
+    assert all('capacity_floor' in [blocker['rule'] for blocker in entry['blocked_by']] for entry in entries.values())
 
 
 def test_maintenance_window_delays_and_blocks():

@@ -61,6 +61,63 @@ def test_slurm_several_one_line_records_and_the_view():
     assert view.total_gpus == 16 and sum(view.unavailable.values()) == 8
 
 
+def test_slurm_names_who_holds_each_node_and_keeps_gpufleets_own_apart():
+    # gpu-01 MIXED+DRAIN with gpufleet's reason, gpu-02 DOWN by an admin, gpu-03 IDLE+NOT_RESPONDING (captures of the sim).
+    text = ''.join(read_fixture('slurm', 'show-node_%s.txt' % name).strip() + '\n'
+                   for name in ('mixed-drain', 'down-admin', 'idle-not-responding'))
+    fleet = _rollout.slurm_view(text)
+    assert fleet.unavailable == {'gpu-01', 'gpu-02', 'gpu-03'} and fleet.own == {'gpu-01'}
+    held = fleet.held()
+    assert set(held) == {'gpu-02', 'gpu-03'}
+    assert held['gpu-02'] == 'Slurm DOWN (reason: admin: PSU swap)'
+    assert held['gpu-03'].startswith('Slurm NOT_RESPONDING')
+    view = fleet.view()
+    assert set(view.unavailable) == fleet.unavailable and view.held == held
+
+
+def kube_node(name, **spec):
+    """A Ready node of the real node list's shape, with ``spec`` and ``labels``/``annotations`` changed."""
+    document = json.loads(read_fixture('real-outputs', *KUBE_NODES))
+    node = json.loads(json.dumps(document['items'][0]))
+    node['metadata']['name'] = name
+    node['metadata'].setdefault('labels', {}).update(spec.pop('labels', {}))
+    node['metadata'].setdefault('annotations', {}).update(spec.pop('annotations', {}))
+    node['spec'].update(spec)
+    return node
+
+
+def test_kubernetes_every_actor_that_holds_a_node_is_counted_and_named():
+    gpu = {'key': 'nvidia.com/gpu', 'value': 'present', 'effect': 'NoSchedule'}
+    soft = {'key': 'gpufleet.io/pending', 'value': 'r1', 'effect': 'PreferNoSchedule'}
+    ours = {'gpufleet.io/state': 'cordoned'}
+    items = [
+        kube_node('dedicated', taints=[gpu, soft]),
+        kube_node('tainted', taints=[gpu, {'key': 'example.com/maintenance', 'effect': 'NoExecute'}]),
+        kube_node('admin-cordon', unschedulable=True, taints=[{'key': 'node.kubernetes.io/unschedulable', 'effect': 'NoSchedule'}]),
+        kube_node('our-cordon', unschedulable=True, labels=ours),
+        kube_node('our-quarantine', unschedulable=True, labels={'gpufleet.io/state': 'quarantined'},
+                  taints=[{'key': 'gpufleet.io/quarantine', 'value': 'dcgm', 'effect': 'NoSchedule'}]),
+        kube_node('our-cordon-and-theirs', unschedulable=True, labels=ours, taints=[{'key': 'example.com/broken', 'effect': 'NoSchedule'}]),
+        # NVSentinel's fault-quarantine cordons and labels (its default label prefix); its state label alone holds it too.
+        kube_node('nvsentinel', unschedulable=True, labels={'k8saas.nvidia.com/cordon-by': 'NVSentinel',
+                                                            'k8saas.nvidia.com/cordon-reason': 'GpuXidError'}),
+        kube_node('nvsentinel-draining', labels={'dgxc.nvidia.com/nvsentinel-state': 'draining'}),
+        kube_node('gpu-operator', labels={'nvidia.com/gpu-driver-upgrade-state': 'drain-required'}),
+        kube_node('gpu-operator-done', labels={'nvidia.com/gpu-driver-upgrade-state': 'upgrade-done',
+                                               'dgxc.nvidia.com/nvsentinel-state': 'remediation-succeeded'}),
+    ]
+    fleet = _rollout.kube_view({'items': items})
+    assert fleet.unavailable == {name['metadata']['name'] for name in items} - {'dedicated', 'gpu-operator-done'}
+    assert fleet.own == {'our-cordon', 'our-quarantine'}
+    held = fleet.held()
+    assert held['tainted'] == 'taint example.com/maintenance:NoExecute'
+    assert held['admin-cordon'] == 'Kubernetes cordon by someone else'
+    assert 'taint example.com/broken:NoSchedule' in held['our-cordon-and-theirs'] and 'cordon (gpufleet)' in held['our-cordon-and-theirs']
+    assert held['nvsentinel'] == ('Kubernetes cordon by someone else; NVSentinel quarantine (label k8saas.nvidia.com/cordon-by=NVSentinel)')
+    assert held['nvsentinel-draining'] == 'NVSentinel (label dgxc.nvidia.com/nvsentinel-state=draining)'
+    assert held['gpu-operator'] == "the GPU Operator's driver upgrade (label nvidia.com/gpu-driver-upgrade-state=drain-required)"
+
+
 def test_slurm_nothing_listed_is_an_error():
     with pytest.raises(_rollout.RolloutError):
         _rollout.slurm_view('\n')
@@ -264,7 +321,7 @@ def test_open_backend_refuses(spec, field):
 def test_plan_lines():
     policy = load_policy({'gpufleet_window': 2, 'gpufleet_canary': 1, 'gpufleet_max_fail_percentage': 50})
     nodes = [_rollout._planner.PlanNode(name=name, gpus=8) for name in ('n1', 'n2', 'n3')]
-    plan = _rollout._planner.plan(policy, nodes, _gate.SchedulerView(total_gpus=24, unavailable={'n3': 8}), NOW)
+    plan = _rollout._planner.plan(policy, nodes, _gate.SchedulerView(total_gpus=24, unavailable={'n3': 8}, held={'n3': 'Slurm DOWN'}), NOW)
     lines = _rollout.plan_lines(plan)
     assert lines[0].split()[:3] == ['1', 'n1', 'canary'] and 'start +0s' in lines[0]
     assert 'canary: the window opens after 1 canary node(s) pass' in lines[1]

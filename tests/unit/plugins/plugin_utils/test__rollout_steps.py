@@ -26,6 +26,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout_run
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout_start
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _run_context
+from ansible_collections.gpufleet.lifecycle.tests.unit.fixture_files import read_fixture
 
 NODES = ['n1', 'n2', 'n3']
 POLICY = {'gpufleet_window': 1, 'gpufleet_canary': 0, 'gpufleet_max_fail_percentage': None}
@@ -579,3 +580,37 @@ def test_a_scheduler_that_never_answers_ends_every_waiting_worker_pending(backen
     state = _ledger.RunLedger.open(backend, 'r9').state
     assert state['status'] == 'paused' and state['pause']['rule'] == 'scheduler'
     assert {node: state['nodes'][node]['state'] for node in ('n1', 'n2')} == {'n1': 'pending', 'n2': 'pending'}
+
+
+def test_a_node_an_admin_drained_is_left_alone_at_the_gate_without_a_slot_or_a_phase(backend, tmp_path):
+    """n1 drained by an admin (Slurm's own answer, read through the shared gate): left alone from pending, with who holds it;
+    it never took the window's one slot, so n2 is admitted in the same run without waiting for it."""
+    spec = started(backend)
+    idle = read_fixture('slurm', 'show-node_idle.txt').strip()
+    drained = read_fixture('slurm', 'show-node_idle-drain-admin.txt').strip()
+    text = '\n'.join([drained.replace('NodeName=gpu-03', 'NodeName=n1'), idle.replace('NodeName=gpu-03', 'NodeName=n2'),
+                      idle.replace('NodeName=gpu-03', 'NodeName=n3')]) + '\n'
+
+    def answer(context, jobs=False):
+        return {'scontrol': text, 'squeue': '' if jobs else None}
+
+    clock = Clock()
+    results = {}
+    for node in ('n1', 'n2'):
+        args = {name: copy.deepcopy(value.get('default')) for name, value in action.ARGUMENT_SPEC.items()}
+        args.update(run_dir=backend.run_dir, nodes=list(NODES), policy=dict(POLICY), host=node, ledger=spec, order=list(NODES), poll=1.0,
+                    scheduler='slurm', step='admit', admit_timeout=600)
+        variables = {'inventory_hostname': node, 'ansible_inventory_sources': ['inv'], 'ansible_forks': 5,
+                     'hostvars': {name: {'gpufleet_gpus': 8} for name in NODES}}
+        context = _run_context.RunContext(args, variables, {}, clock=clock, open_backend=lambda given: backend, answer=answer,
+                                          shared=True, shared_folder=str(tmp_path / 'view'), keep=lambda *arguments: None)
+        _rollout_node.admit(context)
+        results[node] = context.result
+    assert (results['n1']['verdict'], results['n1']['rule'], results['n1']['admitted']) == ('leave', 'held', False)
+    assert 'Slurm DRAIN (reason: admin: bad DIMM)' in results['n1']['reason']
+    assert (results['n2']['verdict'], results['n2']['rule']) == ('admit', 'admit')
+    ledger = _ledger.RunLedger.open(backend, 'r9')
+    record = ledger.state['nodes']['n1']
+    assert record['state'] == 'left_alone' and record['held_by'] == 'Slurm DRAIN (reason: admin: bad DIMM)'
+    events, _offset = backend.read_events('r9', 0)
+    assert [(event['from'], event['to']) for event in events if event.get('node') == 'n1'] == [('pending', 'left_alone')]
