@@ -34,6 +34,7 @@ step hands them in, with the epoch seconds the clock said.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import re
@@ -102,6 +103,8 @@ class SchedulerView:
     unavailable: dict = dataclasses.field(default_factory=dict)
     domains: dict = dataclasses.field(default_factory=dict)
     held: dict = dataclasses.field(default_factory=dict)
+    jobs: dict = dataclasses.field(default_factory=dict)    # node -> its running jobs (``_planner.Job``: id, nodes, checkpoint)
+    job_aware: bool = True                                  # the job rules hold (gpufleet_job_aware)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,10 +115,13 @@ class Decision:
     canary: bool = False
     until: datetime.datetime | None = None
     rules: tuple = ()                  # a pause: every rule that holds (``rule`` is the first)
+    group: tuple = ()                  # an admission of a job's group: every pending node of it, taken together
+    jobs: tuple = ()                   # the multi-node jobs that make the group
 
     def to_dict(self):
         return {'action': self.action, 'rule': self.rule, 'reason': self.reason, 'canary': self.canary,
-                'until': self.until.isoformat() if self.until else None, 'rules': list(self.rules or (self.rule,))}
+                'until': self.until.isoformat() if self.until else None, 'rules': list(self.rules or (self.rule,)),
+                'group': list(self.group), 'jobs': list(self.jobs)}
 
 
 def normalize_message(message, node=None):
@@ -185,25 +191,118 @@ def domain_out(rollout, scheduler, domain, out=None):
     return count
 
 
-def node_limits(policy, rollout, scheduler, node, out=None):
+def node_limits(policy, rollout, scheduler, node, out=None, group=None):
     """The wait that ``node``'s own limits impose now (its domain's limit, the capacity floor with its GPUs out), or None.
-    ``out``: the :func:`out_of_service` nodes when already known (the queue asks for many nodes against one view)."""
-    me = rollout.nodes[node]
+    ``out``: the :func:`out_of_service` nodes when already known (the queue asks for many nodes against one view); ``group``:
+    every node that goes with it (a job's group, ``node`` among them): the limits hold for all of them together."""
+    members = list(group or (node,))
     out = out_of_service(rollout, scheduler) if out is None else out
     if policy.domain_var is not None:
-        count = domain_out(rollout, scheduler, me.domain, out)
-        if count >= policy.domain_max:
-            return Decision(WAIT, 'domain', '%s %s has %d node(s) out (gpufleet_domain_max %d)'
-                            % (policy.domain_var, me.domain, count, policy.domain_max))
+        adding = collections.Counter(rollout.nodes[name].domain for name in members)
+        for domain in sorted(adding, key=str):
+            count = domain_out(rollout, scheduler, domain, out)
+            if count + adding[domain] > policy.domain_max:
+                taken = '' if len(members) == 1 else ' (its job\'s group takes %d of it)' % adding[domain]
+                return Decision(WAIT, 'domain', '%s %s has %d node(s) out (gpufleet_domain_max %d)%s'
+                                % (policy.domain_var, domain, count, policy.domain_max, taken))
     if policy.capacity_floor > 0:
-        after = schedulable_share(rollout, scheduler, me.gpus, out)
+        gpus = sum(rollout.nodes[name].gpus for name in members)
+        after = schedulable_share(rollout, scheduler, gpus, out)
         if after is None:
             return Decision(WAIT, 'capacity_unknown', 'the scheduler gave no GPU total; the capacity floor cannot be checked')
         if after < policy.capacity_floor - 1e-9:
+            what = node if len(members) == 1 else '%s with its job\'s group (%s)' % (node, ', '.join(members))
             return Decision(WAIT, 'capacity_floor', 'taking %s out (%d GPU(s)) would leave %s%% of %d GPUs schedulable, '
-                            'below the floor of %s%%' % (node, me.gpus, _number(after * 100), scheduler.total_gpus,
+                            'below the floor of %s%%' % (what, gpus, _number(after * 100), scheduler.total_gpus,
                                                          _number(policy.capacity_floor * 100)))
     return None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Jobs: a node's running work (``SchedulerView.jobs``, off with gpufleet_job_aware: false).
+
+def job_peers(scheduler, node):
+    """Every node linked to ``node`` through running multi-node jobs, transitively (``node`` among them); the jobs."""
+    seen, jobs, queue = {node}, {}, [node]
+    while queue:
+        name = queue.pop()
+        for job in scheduler.jobs.get(name, ()):
+            if len(job.nodes) < 2 or job.id in jobs:
+                continue
+            jobs[job.id] = job
+            for other in job.nodes:
+                if other not in seen:
+                    seen.add(other)
+                    queue.append(other)
+    return seen, jobs
+
+
+def job_group(rollout, scheduler, node):
+    """(the pending nodes of the rollout that must go with ``node``: those its running multi-node jobs link it to, ``node``
+    first; those jobs by id). A job's nodes outside the rollout, in flight or final are not taken again. ``rollout`` must
+    hold the peers (:func:`job_peers`; the step builds its compact view with them)."""
+    if not scheduler.job_aware:
+        return (node,), {}
+    peers, jobs = job_peers(scheduler, node)
+    group = [name for name in sorted(peers) if name != node and name in rollout.nodes and rollout.nodes[name].state == PENDING]
+    return (node,) + tuple(group), jobs
+
+
+def checkpoint_wait(scheduler, node, members, now):
+    """A wait (rule ``checkpoint``) while a running job of ``members`` (a node and its job's group) declares its next checkpoint
+    in the future: the group goes at the checkpoint, never before (the work since the last one would be lost); None else."""
+    if not scheduler.job_aware:
+        return None
+    stamp = now.timestamp()
+    future = {}
+    for name in members:
+        for job in scheduler.jobs.get(name, ()):
+            if job.checkpoint is not None and job.checkpoint > stamp:
+                future[job.id] = job.checkpoint
+    if not future:
+        return None
+    until = max(future.values())
+    return Decision(WAIT, 'checkpoint', '%s waits for the declared checkpoint of job %s at %s (gpufleet_job_aware)'
+                    % (node, ', '.join('%s (%s)' % (job_id, datetime.datetime.fromtimestamp(moment, tz=datetime.timezone.utc).isoformat())
+                                       for job_id, moment in sorted(future.items())),
+                       datetime.datetime.fromtimestamp(until, tz=datetime.timezone.utc).isoformat()),
+                    until=datetime.datetime.fromtimestamp(until, tz=datetime.timezone.utc))
+
+
+def group_limit(policy, rollout):
+    """How many nodes may be in flight at once: the window, or less when the failure budget caps it."""
+    size = policy.window_size(node_count(rollout))
+    cap = policy.budget_cap(node_count(rollout), failed_count(rollout))
+    return size if cap is None else min(size, cap)
+
+
+def group_wait(policy, rollout, node, members, jobs, flying):
+    """The wait a job's group imposes besides the limits: a group larger than the window waits until its job ends or is
+    requeued (rule ``job_group``: never taken in pieces while the job runs); one that fits waits for room for all of it
+    (rule ``window``); None for a node alone."""
+    if len(members) < 2:
+        return None
+    limit = group_limit(policy, rollout)
+    names = ', '.join(sorted(jobs))
+    if len(members) > limit:
+        return Decision(WAIT, 'job_group', 'job %s runs on %d pending node(s) of the rollout (%s), more than the %d that may be in '
+                        'flight: they wait until the job ends or is requeued, never taken in pieces' % (names, len(members), ', '.join(members), limit))
+    if len(flying) + len(members) > limit:
+        return Decision(WAIT, 'window', 'job %s: its group of %d (%s) goes together; %d of %d in flight'
+                        % (names, len(members), ', '.join(members), len(flying), limit))
+    return None
+
+
+def job_limits(policy, rollout, scheduler, node, now, out=None, flying=None):
+    """(the wait the node's jobs and limits impose now or None, its group): the checkpoint, the group's room in the window,
+    then the domain limit and the floor for the whole group (:func:`node_limits`)."""
+    members, jobs = job_group(rollout, scheduler, node)
+    waiting = checkpoint_wait(scheduler, node, members, now)
+    if waiting is None:
+        waiting = group_wait(policy, rollout, node, members, jobs, in_flight(rollout) if flying is None else flying)
+    if waiting is None:
+        waiting = node_limits(policy, rollout, scheduler, node, out, group=members)
+    return waiting, members, jobs
 
 
 def quarantine_times(rollout):
@@ -392,6 +491,10 @@ def admit(policy, rollout, scheduler, node, now, member=None):
     waiting, is_canary = canary_wait(policy, rollout, now)
     if waiting:
         return waiting
+    members, jobs = job_group(rollout, scheduler, node)
+    if is_canary and len(members) > 1:
+        return Decision(WAIT, 'canary', 'canary phase: %s runs job %s with %s; a job\'s group goes together, after the canaries'
+                        % (node, ', '.join(sorted(jobs)), ', '.join(members[1:])))
 
     flying = in_flight(rollout)
     size = policy.window_size(node_count(rollout))
@@ -404,12 +507,16 @@ def admit(policy, rollout, scheduler, node, now, member=None):
                         '%d more failure(s): at most %d node(s) in flight, %d are (gpufleet_budget_window)'
                         % (_number(policy.max_fail_percentage), node_count(rollout), failed, cap - 1, cap, len(flying)))
 
-    limited = node_limits(policy, rollout, scheduler, node)
+    limited, members, jobs = job_limits(policy, rollout, scheduler, node, now, flying=flying)
     if limited is not None:
         return limited
 
     if is_canary:
         return Decision(ADMIT, 'canary', '%s goes alone as a canary' % node, canary=True)
+    if len(members) > 1:
+        return Decision(ADMIT, 'admit', 'admitted with its job\'s group (job %s: %s): %d of %d in flight'
+                        % (', '.join(sorted(jobs)), ', '.join(members), len(flying) + len(members), size),
+                        group=members, jobs=tuple(sorted(jobs)))
     return Decision(ADMIT, 'admit', 'admitted: %d of %d in flight' % (len(flying) + 1, size))
 
 
@@ -475,22 +582,25 @@ def queue_candidates(node, order, waiting_now, reached, in_flight_count, forks, 
     return (set(waiting_now) | expected) - {node}
 
 
-def first_in_line(policy, rollout, scheduler, node, order, candidates, now):
+def first_in_line(policy, rollout, scheduler, node, order, candidates, now, canary=False):
     """The earlier node in ``order`` among ``candidates`` that is pending and would be admitted now, or None.
 
     Nodes not among the candidates (not at the gate, not expected there) never hold anyone back.  Asked once ``node`` is
     admitted: the run-level rules (pause, maintenance window, canary, window, budget window) then let every pending node
-    go alike, so an earlier candidate would go when its own limits (:func:`node_limits`) let it.
+    go alike, so an earlier candidate would go when its own limits and its jobs (:func:`job_limits`) let it; during the canary
+    phase (``canary``) a node with a job's group would not (a group never goes as a canary).
     """
-    del now
     out = None
+    flying = None
     for name in order:
         if name == node:
             return None
         if name not in candidates or name not in rollout.nodes or rollout.nodes[name].state != PENDING or name in scheduler.held:
             continue
         out = out_of_service(rollout, scheduler) if out is None else out
-        if node_limits(policy, rollout, scheduler, name, out) is None:
+        flying = in_flight(rollout) if flying is None else flying
+        limited, members, _jobs = job_limits(policy, rollout, scheduler, name, now, out, flying)
+        if limited is None and not (canary and len(members) > 1):
             return name
     return None
 
@@ -503,7 +613,7 @@ def in_line(policy, rollout, scheduler, node, order, candidates, now, decision):
     """
     if decision.action != ADMIT or decision.rule == 'resume':
         return decision
-    ahead = first_in_line(policy, rollout, scheduler, node, order, candidates, now)
+    ahead = first_in_line(policy, rollout, scheduler, node, order, candidates, now, canary=decision.canary)
     if ahead:
         return Decision(WAIT, 'order', '%s is ahead of %s in the plan and may go now' % (ahead, node))
     return decision

@@ -363,3 +363,48 @@ def pod_plan(document, resource='nvidia.com/gpu', gpu_pods_only=False, force=Fal
         'refused': ' '.join('pod %s/%s %s;' % (pod['namespace'], pod['name'], pod['refused']) for pod in picked if pod['refused']),
         'blocking': left,
     }
+
+
+# ------------------------------------------------------------------ the workloads running on nodes
+
+# The labels (and the one annotation) that name the workload a pod belongs to, most specific first: JobSet, the Kubeflow
+# training operator (PyTorchJob, MPIJob, TFJob ...; the older PyTorch operator's label last), a Run:ai / KAI gang (its pod
+# group annotation), a batch Job (the current label, then the legacy one). docs/scheduler.md#jobs.
+WORKLOAD_KEYS = (
+    ('label', 'jobset.sigs.k8s.io/jobset-name', 'JobSet'),
+    ('label', 'training.kubeflow.org/job-name', 'TrainingJob'),
+    ('annotation', 'pod-group-name', 'PodGroup'),
+    ('label', 'batch.kubernetes.io/job-name', 'Job'),
+    ('label', 'job-name', 'Job'),
+    ('label', 'pytorch-job-name', 'PyTorchJob'),
+)
+
+
+def workload_of(pod):
+    """The workload a pod belongs to: ``Kind namespace/name`` by :data:`WORKLOAD_KEYS`, else the pod itself (``Pod ns/name``)."""
+    metadata = _mapping(pod.get('metadata'))
+    namespace = metadata.get('namespace') or 'default'
+    for where, key, kind in WORKLOAD_KEYS:
+        value = _mapping(metadata.get('labels' if where == 'label' else 'annotations')).get(key)
+        if isinstance(value, str) and value:
+            return '%s %s/%s' % (kind, namespace, value)
+    return 'Pod %s/%s' % (namespace, metadata.get('name') or '?')
+
+
+def workloads(pods, resource='nvidia.com/gpu'):
+    """The GPU workloads of running pods (DaemonSet and mirror pods are never work): {workload: {'nodes': sorted node names,
+    'annotations': [each pod's annotations], 'started': [each pod's status.startTime]}}."""
+    found = {}
+    for pod in pods:
+        pod = _mapping(pod)
+        metadata = _mapping(pod.get('metadata'))
+        node = _mapping(pod.get('spec')).get('nodeName')
+        if not node or is_daemonset_pod({'metadata': metadata}) or is_mirror_pod({'metadata': metadata}) or not gpu_containers(pod, resource):
+            continue
+        entry = found.setdefault(workload_of(pod), {'nodes': set(), 'annotations': [], 'started': []})
+        entry['nodes'].add(node)
+        entry['annotations'].append(_mapping(metadata.get('annotations')))
+        entry['started'].append(_mapping(pod.get('status')).get('startTime'))
+    for entry in found.values():
+        entry['nodes'] = sorted(entry['nodes'])
+    return found

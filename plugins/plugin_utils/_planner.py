@@ -53,11 +53,14 @@ CHECKPOINT_KEY = 'gpufleet.io/checkpoint'
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """A job or pod running on a node: ``checkpoint`` (its next declared checkpoint) and ``end`` in epoch seconds."""
+    """A job running on a node: ``checkpoint`` (its next declared checkpoint), ``end`` and ``start`` in epoch seconds, ``nodes``
+    every node it runs on (a multi-node job's nodes go together through the gate)."""
 
     id: str
     checkpoint: float | None = None
     end: float | None = None
+    nodes: tuple = ()
+    start: float | None = None
 
     @property
     def ready(self):

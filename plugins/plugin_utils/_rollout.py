@@ -118,13 +118,15 @@ class Fleet:
         """The unavailable nodes another actor holds (not only gpufleet) -> who and how."""
         return {name: self.holders.get(name) or 'unavailable' for name in self.unavailable if name not in self.own}
 
-    def view(self, domains=None):
-        """The gate's :class:`~._gate.SchedulerView` (``domains``: inventory_hostname -> domain, for nodes outside the rollout)."""
+    def view(self, domains=None, job_aware=True):
+        """The gate's :class:`~._gate.SchedulerView` (``domains``: inventory_hostname -> domain, for nodes outside the rollout;
+        ``job_aware``: the job rules hold, gpufleet_job_aware)."""
         domains = domains or {}
         return _gate.SchedulerView(total_gpus=self.total(),
                                    unavailable={name: self.gpus.get(name, 0) for name in self.unavailable},
                                    domains={name: domains.get(name) for name in self.unavailable},
-                                   held=self.held())
+                                   held=self.held(), jobs={name: tuple(jobs) for name, jobs in self.jobs.items()},
+                                   job_aware=job_aware)
 
 
 def gres_gpus(gres):
@@ -233,17 +235,39 @@ def checkpoint_of(comment):
 
 
 def slurm_jobs(text):
-    """``squeue --noheader --format=%i|%N|%e|%k`` (running jobs) -> {node: [Job, ...]}."""
+    """``squeue --noheader --format=%i|%N|%e|%S|%k`` (running jobs; the older ``%i|%N|%e|%k`` is read too) -> {node: [Job, ...]};
+    each job names every node it runs on."""
     jobs = collections.defaultdict(list)
     for line in text.splitlines():
         if not line.strip():
             continue
-        fields = line.split('|', 3)
-        if len(fields) != 4:
-            raise RolloutError('unreadable squeue line %r (expected id|nodes|end|comment)' % line[:200])
-        job_id, nodelist, end, comment = fields
-        job = _planner.Job(id=job_id.strip(), checkpoint=checkpoint_of(comment), end=_timestamp(end))
-        for name in expand_hostlist(nodelist):
+        fields = line.split('|', 4)
+        if len(fields) == 4:
+            fields = fields[:3] + [''] + fields[3:]
+        if len(fields) != 5:
+            raise RolloutError('unreadable squeue line %r (expected id|nodes|end|start|comment)' % line[:200])
+        job_id, nodelist, end, start, comment = fields
+        names = expand_hostlist(nodelist)
+        job = _planner.Job(id=job_id.strip(), checkpoint=checkpoint_of(comment), end=_timestamp(end), nodes=tuple(names),
+                           start=_timestamp(start))
+        for name in names:
+            jobs[name].append(job)
+    return dict(jobs)
+
+
+def kube_jobs(pods_document):
+    """The running GPU workloads of a Kubernetes ``PodList`` (``status.phase=Running``) -> {node: [Job, ...]}: one Job per
+    workload (``_kube.workload_of``) with every node its pods run on, its checkpoint (the latest ``gpufleet.io/checkpoint`` pod
+    annotation) and its start (the earliest pod start)."""
+    jobs = collections.defaultdict(list)
+    found = _kube.workloads((pods_document or {}).get('items') or [])
+    for workload, entry in sorted(found.items()):
+        checkpoints = [stamp for stamp in (_timestamp(annotations.get(_planner.CHECKPOINT_KEY)) for annotations in entry['annotations'])
+                       if stamp is not None]
+        starts = [stamp for stamp in (_timestamp(value) for value in entry['started']) if stamp is not None]
+        job = _planner.Job(id=workload, checkpoint=max(checkpoints) if checkpoints else None, nodes=tuple(entry['nodes']),
+                           start=min(starts) if starts else None)
+        for name in entry['nodes']:
             jobs[name].append(job)
     return dict(jobs)
 

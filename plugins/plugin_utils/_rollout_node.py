@@ -52,7 +52,7 @@ def confirm(context):
 
 # ---------------------------------------------------------------------------------------------- admit
 
-def _fleet_or_stop(context, ledger, node):
+def _fleet_or_stop(context, ledger, node, jobs=False):
     """The scheduler's answer for the gate, asked again with a doubling pause while it does not answer (slurmctld or the
     Kubernetes API gone); after I(scheduler_timeout) seconds the run is paused (rule ``scheduler``) and (None, why)
     returned: no node is admitted while the scheduler cannot be read, and the nodes in flight keep their own states."""
@@ -64,7 +64,7 @@ def _fleet_or_stop(context, ledger, node):
     while True:
         tries += 1
         try:
-            return context.read_fleet(list(args['order']) or list(ledger.state['nodes'])), None
+            return context.read_fleet(list(args['order']) or list(ledger.state['nodes']), jobs=jobs), None
         except (GateError, _rollout.RolloutError, _slurm.SlurmParseError) as exc:
             error = to_native(exc)
         if args['scheduler'] == 'none':
@@ -122,9 +122,10 @@ def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
     pause_set = None
     me = args['member'] or None
     mine = context.task_vars.get('ansible_play_hosts_all')
+    peers = _gate.job_peers(scheduler, node)[0] if scheduler.job_aware else set()
     with ledger.locked(full=False) as state:
-        # The gate's compact view: the nodes in flight, failed or early, this node and the unavailable ones.
-        rollout = _rollout.rollout_view(ledger.gate_view(node, extra=scheduler_out), context.breaker(state))
+        # The gate's compact view: the nodes in flight, failed or early, this node, the unavailable ones and its job's peers.
+        rollout = _rollout.rollout_view(ledger.gate_view(node, extra=scheduler_out | peers), context.breaker(state))
         holder = rollout.nodes[node].member
         if rollout.nodes[node].state in _gate.IN_FLIGHT and holder and holder != me:
             # In flight on another controller of the run: resumed here only once that one is dead.
@@ -147,7 +148,9 @@ def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
             candidates = _gate.queue_candidates(node, order, waiting & own if own else waiting, arrived, in_flight, forks,
                                                 clock.time() - started, poll)
             if candidates:
-                rollout = _rollout.rollout_view(ledger.gate_view(node, extra=scheduler_out | candidates), context.breaker(state))
+                for name in list(candidates) if scheduler.job_aware else ():
+                    peers |= _gate.job_peers(scheduler, name)[0]
+                rollout = _rollout.rollout_view(ledger.gate_view(node, extra=scheduler_out | candidates | peers), context.breaker(state))
             decision = _gate.in_line(policy, rollout, scheduler, node, args['order'], candidates, now, decision)
         if decision.action == _gate.ADMIT:
             pause = state.get('pause') or {}
@@ -159,8 +162,18 @@ def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
             caught = ledger.node(node)['state'] if decision.rule == 'resume' else ''
             if me:
                 details.update(member=me, resumed_from=caught)
+            if decision.group:
+                details.update(group=list(decision.group), jobs=list(decision.jobs))
             ledger.transition(node, 'admitted', decision.reason, details=details or None, resume=decision.rule == 'resume')
             _waiting(backend, ledger.run_id, node, False, ttl, clock.time())
+            for other in decision.group[1:]:
+                # A job's group goes together: its other nodes are admitted now, under the same lock (their workers take the
+                # admission when they reach the gate). Only this controller's hosts: another controller admits its own.
+                if isinstance(mine, list) and mine and other not in mine:
+                    continue
+                ledger.transition(other, 'admitted', 'admitted with %s, its job\'s group (job %s)' % (node, ', '.join(decision.jobs)),
+                                  details=dict({'member': me, 'resumed_from': ''} if me else {}, group=list(decision.group),
+                                               jobs=list(decision.jobs)))
         elif decision.action == _gate.LEAVE:
             # Another actor holds the node: left alone from pending, no slot taken, no phase written.
             ledger.transition(node, 'left_alone', decision.reason, details={'held_by': scheduler.held.get(node), 'by': 'gate'})
@@ -225,14 +238,14 @@ def look(context, ledger, policy, domains, waiting, poll):
         decision = _gate.Decision('pending', 'scheduler', 'the run is paused: %s' % state['pause'].get('reason'))
         return {node: {'decision': decision.to_dict(), 'caught': '', 'arrived': waiting[node]} for node in waiting}
     first = min(waiting, key=lambda name: waiting[name])
-    fleet, why = _fleet_or_stop(context, ledger, first)
+    fleet, why = _fleet_or_stop(context, ledger, first, jobs=policy.job_aware)
     if fleet is None:
         decision = _gate.Decision('pending', 'scheduler', why)
         return {node: {'decision': decision.to_dict(), 'caught': '', 'arrived': waiting[node]} for node in waiting}
     if domains is None:
         # The domains of the nodes the scheduler lists as unavailable (the rollout's own nodes carry theirs in the ledger).
         domains = {name: context.hostvar(name, policy.domain_var) for name in fleet.unavailable} if policy.domain_var else {}
-    scheduler = fleet.view(domains)
+    scheduler = fleet.view(domains, job_aware=policy.job_aware)
     rank = {name: index for index, name in enumerate(context.args['order'])}
     docs = PassDocs(ledger.backend)
     paused = None

@@ -84,13 +84,14 @@ def run_command(argv, environment):
 
 def read_answer(context, jobs=False):
     """The scheduler's answer now as read, before it is understood (JSON, kept by the shared view): Slurm ``{'scontrol':
-    text, 'squeue': text or None}`` (``squeue`` with ``jobs``), Kubernetes or Run:ai ``{'nodes': the node list}``."""
+    text, 'squeue': text or None}`` (``squeue`` with ``jobs``), Kubernetes or Run:ai ``{'nodes': the node list, 'pods': the running
+    pods}`` (``pods`` with ``jobs``)."""
     args = context.args
     scheduler = args['scheduler']
     if scheduler == 'slurm':
         environment = command_environment(args['slurm_environment'])
         nodes = run_command(['scontrol', 'show', 'node', '-o'], environment)
-        squeue = run_command(['squeue', '--noheader', '--states=RUNNING', '--format=%i|%N|%e|%k'], environment) if jobs else None
+        squeue = run_command(['squeue', '--noheader', '--states=RUNNING', '--format=%i|%N|%e|%S|%k'], environment) if jobs else None
         return {'scontrol': nodes, 'squeue': squeue}
     if scheduler in ('kubernetes', 'runai'):
         try:
@@ -100,8 +101,12 @@ def read_answer(context, jobs=False):
             raise GateError('the kubernetes Python library is needed to read the nodes (pip install kubernetes)') from None
         try:
             api = kube_config.new_client_from_config(config_file=args['kubeconfig'] or None)
-            listing = kube_client.CoreV1Api(api).list_node()
-            return {'nodes': api.sanitize_for_serialization(listing)}
+            core = kube_client.CoreV1Api(api)
+            answer = {'nodes': api.sanitize_for_serialization(core.list_node())}
+            if jobs:
+                # The running pods, every namespace, once per look (the shared view): the workloads and their checkpoints.
+                answer['pods'] = api.sanitize_for_serialization(core.list_pod_for_all_namespaces(field_selector='status.phase=Running'))
+            return answer
         except Exception as exc:  # pylint: disable=broad-except
             raise GateError('reading the Kubernetes nodes: %s' % to_native(exc)) from None
     raise GateError('scheduler %r has no answer to read' % scheduler)
@@ -116,7 +121,10 @@ def fleet_of(scheduler, raw):
         if raw.get('squeue') is not None:
             fleet.jobs = _rollout.slurm_jobs(raw['squeue'])
         return fleet
-    return _rollout.kube_view(raw.get('nodes'))
+    fleet = _rollout.kube_view(raw.get('nodes'))
+    if raw.get('pods') is not None:
+        fleet.jobs = _rollout.kube_jobs(raw['pods'])
+    return fleet
 
 
 def read_scheduler(context, nodes, jobs=False):

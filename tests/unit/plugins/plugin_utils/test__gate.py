@@ -15,6 +15,7 @@ import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._gate import Node, Rollout, SchedulerView, admit, failure_signature
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._policy import load_policy
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._planner import Job
 
 NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.timezone.utc)
 T = NOW.timestamp()
@@ -494,3 +495,77 @@ def test_a_node_in_flight_on_a_live_member_waits_and_a_dead_members_node_is_resu
     assert (dead.action, dead.rule) == ('admit', 'resume')
     unknown = admit(policy(), Rollout(nodes=nodes), SCHEDULER, 'n6', NOW, member='ctl-b')
     assert unknown.rule == 'resume'
+
+
+# ------------------------------------------------------------------------------------------------ jobs (gpufleet_job_aware)
+
+def jobs_view(*jobs, **given):
+    """A scheduler view with ``jobs`` (Job objects) placed on their nodes."""
+    placed = {}
+    for job in jobs:
+        for name in job.nodes:
+            placed.setdefault(name, []).append(job)
+    values = dict(total_gpus=80, unavailable={}, jobs={name: tuple(found) for name, found in placed.items()})
+    values.update(given)
+    return SchedulerView(**values)
+
+
+def job(job_id, *nodes, checkpoint=None):
+    return Job(id=job_id, nodes=tuple(nodes), checkpoint=checkpoint)
+
+
+def test_a_declared_checkpoint_ahead_holds_the_node_until_it_passes():
+    ahead = jobs_view(job('41', 'n6', checkpoint=T + 1200))
+    decision = decide(scheduler=ahead)
+    assert (decision.action, decision.rule) == ('wait', 'checkpoint') and decision.until.timestamp() == T + 1200
+    assert '41' in decision.reason
+    assert decide(scheduler=jobs_view(job('41', 'n6', checkpoint=T - 1))).action == 'admit'
+    assert decide(scheduler=jobs_view(job('41', 'n6', checkpoint=T + 1200), job_aware=False)).action == 'admit'
+
+
+def test_a_multi_node_job_takes_its_pending_nodes_together():
+    view = jobs_view(job('7', 'n6', 'n4', 'other-node'), job('8', 'n5'))
+    decision = decide(pol=policy(gpufleet_window=3), scheduler=view)
+    assert (decision.action, decision.group, decision.jobs) == ('admit', ('n6', 'n4'), ('7',))
+    # A node of the job already done is not taken again; a node alone is admitted alone.
+    decision = decide(pol=policy(gpufleet_window=3), roll=rollout(n4={'state': 'done', 'finished': T - 60}), scheduler=view)
+    assert (decision.action, decision.group) == ('admit', ())
+    assert decide(pol=policy(gpufleet_window=3), scheduler=view, node='n5').group == ()
+    # Off: the node goes alone.
+    assert decide(pol=policy(gpufleet_window=3), scheduler=dataclasses.replace(view, job_aware=False)).group == ()
+
+
+def test_a_group_waits_for_room_for_all_of_it_and_a_group_larger_than_the_window_waits_for_its_job():
+    view = jobs_view(job('7', 'n6', 'n4'))
+    decision = decide(pol=policy(gpufleet_window=2), roll=rollout(n1={'state': 'converging'}), scheduler=view)
+    assert (decision.action, decision.rule) == ('wait', 'window') and 'goes together' in decision.reason
+    decision = decide(pol=policy(gpufleet_window=2), scheduler=jobs_view(job('9', 'n6', 'n4', 'n2')))
+    assert (decision.action, decision.rule) == ('wait', 'job_group') and 'never taken in pieces' in decision.reason
+    # The failure budget's window counts too: 10 % of 6 nodes absorbs no failure, one node at a time.
+    decision = decide(pol=policy(gpufleet_window=3, gpufleet_max_fail_percentage=10), scheduler=view)
+    assert (decision.action, decision.rule) == ('wait', 'job_group')
+
+
+def test_the_floor_and_the_domain_limit_hold_for_the_whole_group():
+    view = jobs_view(job('7', 'n6', 'n4'), total_gpus=48)
+    # 48 GPUs, 75 % floor: one node out leaves 83 %, the group of two 66 %.
+    decision = decide(pol=policy(gpufleet_window=3, gpufleet_capacity_floor='75%'), scheduler=view)
+    assert (decision.action, decision.rule) == ('wait', 'capacity_floor') and 'n4' in decision.reason
+    # n6 and n4 are both in domain b: a limit of 1 per domain refuses the pair.
+    decision = decide(pol=policy(gpufleet_window=3, gpufleet_domain_var='rack', gpufleet_domain_max=1), scheduler=view)
+    assert (decision.action, decision.rule) == ('wait', 'domain')
+
+
+def test_a_group_never_goes_as_a_canary():
+    decision = decide(pol=policy(gpufleet_canary=1), scheduler=jobs_view(job('7', 'n6', 'n4')))
+    assert (decision.action, decision.rule) == ('wait', 'canary') and 'group' in decision.reason
+
+
+def test_the_queue_never_waits_for_a_node_held_by_its_checkpoint():
+    view = jobs_view(job('41', 'n1', checkpoint=T + 600))
+    decision = _gate.in_line(policy(), rollout(), view, 'n2', ['n1', 'n2'], {'n1'}, NOW, decide(scheduler=view, node='n2'))
+    assert (decision.action, decision.rule) == ('admit', 'admit')
+    # Without a checkpoint n1 would go first.
+    view = jobs_view(job('41', 'n1'))
+    decision = _gate.in_line(policy(), rollout(), view, 'n2', ['n1', 'n2'], {'n1'}, NOW, decide(scheduler=view, node='n2'))
+    assert (decision.action, decision.rule) == ('wait', 'order')

@@ -177,6 +177,42 @@ def test_squeue_jobs_with_a_checkpoint_comment():
         _rollout.slurm_jobs('garbage\n')
 
 
+def test_squeue_jobs_name_every_node_and_the_start_and_a_comment_may_hold_the_separator():
+    jobs = _rollout.slurm_jobs('12|gpu-[01-02]|2026-11-24T13:00:00|2026-11-24T11:00:00Z|ckpt|gpufleet.io/checkpoint=2026-11-24T12:30:00Z\n')
+    job = jobs['gpu-01'][0]
+    assert jobs['gpu-02'][0] is job and job.nodes == ('gpu-01', 'gpu-02') and job.start == NOW.timestamp() - 3600
+    assert job.checkpoint == NOW.timestamp() + 1800
+
+
+def pod(name, node, labels=None, annotations=None, gpus=1, owner='Job', start='2026-11-24T11:00:00Z'):
+    return {'metadata': {'name': name, 'namespace': 'ml', 'labels': labels or {}, 'annotations': annotations or {},
+                         'ownerReferences': [{'kind': owner, 'name': 'x', 'controller': True}]},
+            'spec': {'nodeName': node, 'containers': [{'name': 'c', 'resources': {'limits': {'nvidia.com/gpu': gpus}}}]},
+            'status': {'phase': 'Running', 'startTime': start}}
+
+
+def test_kubernetes_workloads_group_the_pods_of_one_job_across_nodes():
+    jobset = {'jobset.sigs.k8s.io/jobset-name': 'llm', 'batch.kubernetes.io/job-name': 'llm-workers-0'}
+    pods = {'items': [
+        pod('llm-0', 'gpu-01', jobset, {'gpufleet.io/checkpoint': '2026-11-24T12:30:00Z'}),
+        pod('llm-1', 'gpu-02', jobset, start='2026-11-24T10:00:00Z'),
+        pod('pt-master-0', 'gpu-03', {'training.kubeflow.org/job-name': 'bert', 'training.kubeflow.org/operator-name': 'pytorchjob-controller'}),
+        pod('pt-worker-0', 'gpu-04', {'training.kubeflow.org/job-name': 'bert'}),
+        pod('gang-a', 'gpu-05', annotations={'pod-group-name': 'pg-7'}),
+        pod('gang-b', 'gpu-06', annotations={'pod-group-name': 'pg-7'}),
+        pod('single', 'gpu-07', {'job-name': 'eval'}),
+        pod('dcgm-exporter', 'gpu-07', owner='DaemonSet'),
+        pod('cpu-only', 'gpu-08', {'job-name': 'etl'}, gpus=0),
+    ]}
+    jobs = _rollout.kube_jobs(pods)
+    llm = jobs['gpu-01'][0]
+    assert llm.id == 'JobSet ml/llm' and llm.nodes == ('gpu-01', 'gpu-02') and jobs['gpu-02'] == [llm]
+    assert llm.checkpoint == NOW.timestamp() + 1800 and llm.start == NOW.timestamp() - 7200
+    assert jobs['gpu-03'][0].id == 'TrainingJob ml/bert' and jobs['gpu-03'][0].nodes == ('gpu-03', 'gpu-04')
+    assert jobs['gpu-05'][0].id == 'PodGroup ml/pg-7' and jobs['gpu-05'][0].nodes == ('gpu-05', 'gpu-06')
+    assert [job.id for job in jobs['gpu-07']] == ['Job ml/eval'] and 'gpu-08' not in jobs
+
+
 # ------------------------------------------------------------------------------------------------ runs
 
 def test_choose_run():

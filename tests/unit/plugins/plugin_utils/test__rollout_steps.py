@@ -614,3 +614,33 @@ def test_a_node_an_admin_drained_is_left_alone_at_the_gate_without_a_slot_or_a_p
     assert record['state'] == 'left_alone' and record['held_by'] == 'Slurm DRAIN (reason: admin: bad DIMM)'
     events, _offset = backend.read_events('r9', 0)
     assert [(event['from'], event['to']) for event in events if event.get('node') == 'n1'] == [('pending', 'left_alone')]
+
+
+def test_a_multi_node_job_is_admitted_as_one_group_and_its_other_node_takes_that_admission(backend, tmp_path):
+    """Job 77 runs on n1 and n2 (squeue's own node list): with a window of 2, n1's admission admits n2 with it under the same
+    lock (the group recorded on both); n2's worker then takes that admission; n3 waits for the window."""
+    spec = started(backend, policy=dict(POLICY, gpufleet_window=2))
+    idle = read_fixture('slurm', 'show-node_idle.txt').strip()
+    text = '\n'.join(idle.replace('NodeName=gpu-03', 'NodeName=' + name) for name in NODES) + '\n'
+
+    def answer(context, jobs=False):
+        return {'scontrol': text, 'squeue': '77|n[1-2]|Unknown|2026-11-24T11:00:00|\n' if jobs else None}
+
+    clock = Clock()
+    results = {}
+    for node in ('n1', 'n2', 'n3'):
+        args = {name: copy.deepcopy(value.get('default')) for name, value in action.ARGUMENT_SPEC.items()}
+        args.update(run_dir=backend.run_dir, nodes=list(NODES), policy=dict(POLICY, gpufleet_window=2), host=node, ledger=spec,
+                    order=list(NODES), poll=1.0, scheduler='slurm', step='admit', admit_timeout=3, member='ctl:%d' % os.getpid())
+        variables = {'inventory_hostname': node, 'ansible_inventory_sources': ['inv'], 'ansible_forks': 5,
+                     'ansible_play_hosts_all': list(NODES), 'hostvars': {name: {'gpufleet_gpus': 8} for name in NODES}}
+        context = _run_context.RunContext(args, variables, {}, clock=clock, open_backend=lambda given: backend, answer=answer,
+                                          shared=False, keep=lambda *arguments: None)
+        _rollout_node.admit(context)
+        results[node] = context.result
+    assert (results['n1']['verdict'], results['n2']['verdict']) == ('admit', 'admit'), results
+    assert 'job\'s group (job 77: n1, n2)' in results['n1']['reason']
+    assert (results['n3']['verdict'], results['n3']['rule']) == ('pending', 'window'), results['n3']
+    nodes = _ledger.RunLedger.open(backend, 'r9').state['nodes']
+    assert nodes['n1']['group'] == nodes['n2']['group'] == ['n1', 'n2'] and nodes['n2']['jobs'] == ['77']
+    assert nodes['n2']['member'] == 'ctl:%d' % os.getpid() and nodes['n2']['state'] == 'admitted'
