@@ -12,7 +12,9 @@ Pure functions, standard library only (no Ansible imports), Python 3.8+:
 * ``decide(node, state, ...)`` is the module's decision: which ``scontrol`` update, what to wait for, and when
   to leave a node alone (drained or down with a reason this collection did not set);
 * ``wait_done(wait, node, previous)`` and ``describe_wait_timeout`` are the rules of the wait that follows;
-* ``is_gpufleet_reason``, ``held_by_others``, ``drain_done``, ``resume_done``, ``reboot_done`` are the rules they use.
+* ``is_gpufleet_reason``, ``held_by_others``, ``drain_done``, ``resume_done``, ``reboot_done`` are the rules they use;
+* ``declared_checkpoint(comment)``, ``parse_requeue_jobs(text)`` and ``requeue_choice(jobs, now, mode)``: which running jobs of
+  a node a drain requeues (those whose declared checkpoint has passed: they restart from it, nothing lost).
 
 ``scontrol show node -o`` prints ``Key=value`` pairs separated by spaces, and some values hold spaces
 themselves (``OS=Linux 6.1.0-26-amd64 #1 SMP ...``, ``Reason=gpufleet: drained for upgrade [root@2026-11-21T20:00:00]``).
@@ -20,6 +22,7 @@ A key is a ``Name=`` token that follows white space; the value runs to the next 
 that may itself look like ``key=value``; Slurm ends it with `` [user@time]``, which bounds it.
 """
 
+import datetime
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._command import escape_controls, to_text
@@ -28,6 +31,14 @@ GPUFLEET_REASON_PREFIX = 'gpufleet:'
 
 NODE_NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z')
 SQUEUE_FORMAT = '%i|%u|%T|%j'
+# The running jobs of a node with what a requeue needs: id, every node, GPUs per node (gres), start, comment (free text, last).
+SQUEUE_REQUEUE_FORMAT = '%i|%N|%b|%S|%k'
+# A job declares its next checkpoint in its comment: gpufleet.io/checkpoint=<ISO time> (docs/scheduler.md#jobs).
+CHECKPOINT_KEY = 'gpufleet.io/checkpoint'
+REQUEUE_MODES = ('never', 'checkpointed')
+_CHECKPOINT_RE = re.compile(re.escape(CHECKPOINT_KEY) + r'=(\S+)')
+_JOB_ID_RE = re.compile(r'^[0-9]+(?:_[0-9]+)?\Z')
+_GRES_GPU_RE = re.compile(r'(?:^|[,/:])gpu(?::[^:,()]+)?:([0-9]+)')
 
 _KEY_RE = re.compile(r'(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=')
 _REASON_KEY_RE = re.compile(r'(?:^|(?<=\s))Reason=')
@@ -367,3 +378,84 @@ def describe_wait_timeout(wait, node, previous, timeout, jobs):
         still = ' (DRAINING, jobs still running: %s)' % describe_jobs(jobs)
     return escape_controls('%s: not %s after %s s; state %s%s; the node is left as it is' % (
         node['name'], describe_wait(wait, previous), timeout, node['state'], still))
+
+
+# ------------------------------------------------------------------ requeue at a declared checkpoint
+
+def timestamp(text):
+    """An ISO time (Slurm's local ``2026-11-24T12:00:00``, or with a zone, ``Z`` too) to epoch seconds; None when not a time."""
+    if not isinstance(text, str) or text.strip() in _EMPTY or text.strip() in ('Unknown', 'NONE'):
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip().replace('Z', '+00:00'))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()
+    return moment.timestamp()
+
+
+def declared_checkpoint(comment):
+    """The next checkpoint a job declares (``gpufleet.io/checkpoint=<ISO time>`` in its comment) in epoch seconds, or None."""
+    match = _CHECKPOINT_RE.search(comment or '')
+    return timestamp(match.group(1)) if match else None
+
+
+def gres_gpus(gres):
+    """GPUs per node in a job's or node's gres (``gpu:8``, ``gres/gpu:h100:8``, ``gres:gpu:4,gres:nic:1``); 0 when none."""
+    return sum(int(count) for count in _GRES_GPU_RE.findall(gres or ''))
+
+
+def parse_requeue_jobs(text):
+    """Jobs from ``squeue -h -w NAME -t RUNNING -o '%i|%N|%b|%S|%k'``: [{id, nodes (the host list as printed), gpus_per_node,
+    start, checkpoint}] (epoch seconds or None)."""
+    text = _decode(text, 'squeue output')
+    jobs = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.strip().split('|', 4)
+        if len(parts) != 5 or not _JOB_ID_RE.match(parts[0]):
+            raise SlurmParseError("not a line of squeue -o '%s': %r" % (SQUEUE_REQUEUE_FORMAT, line[:200]))
+        jobs.append({'id': parts[0], 'nodes': parts[1], 'gpus_per_node': gres_gpus(parts[2]), 'start': timestamp(parts[3]),
+                     'checkpoint': declared_checkpoint(parts[4])})
+    return jobs
+
+
+def requeue_choice(jobs, now, mode):
+    """The jobs a drain requeues now (``mode`` ``checkpointed``): those whose declared checkpoint is at or before ``now``
+    (epoch seconds); ``never``: none. A job that declares nothing is waited for, never requeued."""
+    if mode not in REQUEUE_MODES:
+        raise ValueError('requeue must be one of %s, got %r' % (', '.join(REQUEUE_MODES), mode))
+    if mode == 'never':
+        return []
+    return [job for job in jobs if job.get('checkpoint') is not None and job['checkpoint'] <= now]
+
+
+def _iso(stamp):
+    return datetime.datetime.fromtimestamp(stamp, tz=datetime.timezone.utc).isoformat() if stamp is not None else None
+
+
+def requeue_record(job, now):
+    """What a requeued job's record says (RV(requeued)): its id, nodes, GPUs (per-node gres times its nodes), the declared
+    checkpoint, its start and when it was requeued (ISO times)."""
+    count = len(_expand_count(job['nodes']))
+    return {'id': job['id'], 'nodes': job['nodes'], 'gpus': job['gpus_per_node'] * count, 'checkpoint': _iso(job.get('checkpoint')),
+            'start': _iso(job.get('start')), 'at': _iso(now)}
+
+
+def _expand_count(hostlist):
+    """The node names of a Slurm host list (``gpu-[01-03,07],login1``), for counting."""
+    names = []
+    for part in re.findall(r'[^,\[]+(?:\[[^\]]*\])?[^,]*', hostlist or ''):
+        match = re.match(r'^([^\[]*)\[([^\]]+)\](.*)$', part)
+        if not match:
+            names.append(part)
+            continue
+        for item in match.group(2).split(','):
+            low, _dash, high = item.partition('-')
+            if low.isdigit() and (not high or high.isdigit()):
+                names.extend('%s%s%s' % (match.group(1), number, match.group(3)) for number in range(int(low), int(high or low) + 1))
+            else:
+                names.append(part)
+    return names

@@ -119,6 +119,17 @@ options:
         (C(error=command_timeout)). I(timeout) bounds the wait for the node's state, this one each call.
     type: int
     default: 30
+  requeue:
+    description:
+      - With I(state=drained), once the node is draining, which of its running jobs are requeued (C(scontrol requeue JOBID)) so the
+        drain need not wait for them to end.
+      - C(checkpointed) requeues a job whose declared next checkpoint (C(gpufleet.io/checkpoint=<ISO time>) in its comment) is now
+        or past - it restarts from that checkpoint, no work lost; a job that declares nothing, or a checkpoint still ahead, is
+        waited for. C(never) waits for every job.
+      - A job Slurm refuses to requeue (C(--no-requeue), C(JobRequeue=0)) is waited for; RV(requeue_refused) says why.
+    type: str
+    choices: [never, checkpointed]
+    default: never
 notes:
   - Commands run as argument lists with C(LC_ALL=C); the node name is checked before any command runs.
   - Output that is not UTF-8 (a Latin-1 reason) is read with C(\xNN) escapes for the invalid bytes; control characters in
@@ -220,6 +231,19 @@ jobs:
   elements: dict
   returned: always
   sample: [{"id": "4711", "user": "alice", "state": "RUNNING", "name": "train-llm"}]
+requeued:
+  description:
+    - The jobs the drain requeued (I(requeue)), each C(id), C(nodes) (Slurm's host list), C(gpus) (the job's GPUs, per-node gres
+      times its nodes), C(checkpoint) and C(start) (ISO times, null when unknown) and C(at) (when it was requeued).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"id": "4711", "nodes": "gpu-[01-02]", "gpus": 16, "checkpoint": "2026-11-27T09:00:00+00:00", "at": "2026-11-27T09:00:04+00:00"}]
+requeue_refused:
+  description: Jobs Slurm refused to requeue, each C(id) and C(message) (Slurm's words); the drain waits for them.
+  type: list
+  elements: dict
+  returned: always
 outcome:
   description:
     - C(done) (the node reached the state, or was there already), C(left_alone) (drained or down by others, not touched),
@@ -274,7 +298,8 @@ class SlurmNode:
     def __init__(self, module, name):
         self.module = module
         self.name = name
-        self.result = {'changed': False, 'jobs': [], 'drained_by_others': False, 'cmd': [], 'waited': 0.0, 'outcome': 'done'}
+        self.result = {'changed': False, 'jobs': [], 'drained_by_others': False, 'cmd': [], 'waited': 0.0, 'outcome': 'done',
+                       'requeued': [], 'requeue_refused': []}
         scontrol = module.params['scontrol_path'] or module.get_bin_path('scontrol')
         if not scontrol:
             self.fail('scontrol was not found on PATH: the Slurm clients are not installed here (package slurm-client)', 'slurm_error')
@@ -324,6 +349,30 @@ class SlurmNode:
         except _slurm.SlurmParseError as exc:
             self.fail('cannot read squeue -w %s: %s' % (self.name, exc), 'unreadable', stdout=stdout)
         return []
+
+    def requeue(self, mode):
+        """Requeue the running jobs of the node that :func:`_slurm.requeue_choice` picks (their declared checkpoint passed)."""
+        if mode == 'never' or not self.squeue:
+            return
+        stdout = self.run([self.squeue, '-h', '-w', self.name, '-t', 'RUNNING', '-o', _slurm.SQUEUE_REQUEUE_FORMAT],
+                          'squeue -w %s' % self.name)
+        try:
+            jobs = _slurm.parse_requeue_jobs(stdout)
+        except _slurm.SlurmParseError as exc:
+            self.fail('cannot read squeue -w %s: %s' % (self.name, exc), 'unreadable', stdout=stdout)
+        now = time.time()
+        for job in _slurm.requeue_choice(jobs, now, mode):
+            try:
+                result = _command.run([self.scontrol, 'requeue', job['id']], self.timeout, environment=self.environment)
+            except _command.CommandError as exc:
+                self.result['requeue_refused'].append({'id': job['id'], 'message': _command.escape_controls(str(exc))})
+                continue
+            if result['timed_out'] or result['rc'] != 0:
+                message = _command.describe_timeout(result) if result['timed_out'] else (result['stderr'] or result['stdout']).strip()
+                self.result['requeue_refused'].append({'id': job['id'], 'message': _command.escape_controls(message)[:300]})
+                continue
+            self.result['changed'] = True
+            self.result['requeued'].append(_slurm.requeue_record(job, now))
 
     def update(self, arguments):
         argv = [self.scontrol] + arguments
@@ -391,6 +440,7 @@ def main():
             squeue_path=dict(type='path'),
             environment=dict(type='dict', default={}, no_log=True),
             command_timeout=dict(type='int', default=30),
+            requeue=dict(type='str', default='never', choices=list(_slurm.REQUEUE_MODES)),
         ),
         required_if=[('state', 'drained', ['reason']), ('state', 'rebooted', ['reason'])],
         supports_check_mode=True,
@@ -423,6 +473,8 @@ def main():
         if slurm.result['changed']:
             slurm.result['msg'] = 'check mode: would run %s' % _command.render(slurm.result['cmd'][1:])
         module.exit_json(**slurm.result)
+    if state == 'drained' and not decision['drained_by_others']:
+        slurm.requeue(params['requeue'])
     if decision['wait'] and params['wait']:
         restore = _slurm.restore_after_timeout(previous, decision) if state == 'drained' and params['on_timeout'] == 'restore' else None
         node = slurm.wait(decision['wait'], previous, params['timeout'], restore=restore)

@@ -362,6 +362,7 @@ def pod_plan(document, resource='nvidia.com/gpu', gpu_pods_only=False, force=Fal
         'gpu_pods': picked,
         'refused': ' '.join('pod %s/%s %s;' % (pod['namespace'], pod['name'], pod['refused']) for pod in picked if pod['refused']),
         'blocking': left,
+        'workloads': node_workloads(pods, resource),
     }
 
 
@@ -408,3 +409,33 @@ def workloads(pods, resource='nvidia.com/gpu'):
     for entry in found.values():
         entry['nodes'] = sorted(entry['nodes'])
     return found
+
+
+def pod_gpus(pod, resource='nvidia.com/gpu'):
+    """The GPUs a pod holds: the largest request or limit of ``resource`` over its containers, summed (whole numbers only)."""
+    total = 0
+    for container in _sequence(_mapping(pod.get('spec')).get('containers')):
+        resources = _mapping(_mapping(container).get('resources'))
+        values = [_mapping(resources.get(kind)).get(resource) for kind in ('limits', 'requests')]
+        counts = [int(value) for value in values if str(value).strip().isdigit()]
+        total += max(counts) if counts else 0
+    return total
+
+
+def node_workloads(pods, resource='nvidia.com/gpu'):
+    """The GPU workloads the pods on one node belong to (what a drain interrupts): [{job, gpus (on this node), checkpoint
+    (the latest ``gpufleet.io/checkpoint`` annotation as given), start (the earliest pod start)}], by job."""
+    found = {}
+    for pod in pods:
+        metadata = _mapping(pod.get('metadata'))
+        if is_daemonset_pod({'metadata': metadata}) or is_mirror_pod({'metadata': metadata}) or not gpu_containers(pod, resource):
+            continue
+        entry = found.setdefault(workload_of(pod), {'job': workload_of(pod), 'gpus': 0, 'checkpoint': None, 'start': None})
+        entry['gpus'] += pod_gpus(pod, resource)
+        checkpoint = _mapping(metadata.get('annotations')).get(PREFIX + 'checkpoint')
+        if isinstance(checkpoint, str) and checkpoint and (entry['checkpoint'] is None or checkpoint > entry['checkpoint']):
+            entry['checkpoint'] = checkpoint
+        start = _mapping(pod.get('status')).get('startTime')
+        if isinstance(start, str) and start and (entry['start'] is None or start < entry['start']):
+            entry['start'] = start
+    return [found[key] for key in sorted(found)]

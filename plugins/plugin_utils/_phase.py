@@ -98,7 +98,8 @@ def final_details(result, node, facts_before=None, facts_after=None):
     """What a node's final ledger event carries, from its ``node_upgrade_result``: what the gate and the report need.
 
     ``signature`` (:func:`_gate.failure_signature`, lists for JSON; None when it did not fail), ``rma_suspect``, ``phase``,
-    ``versions_before``/``versions_after``, ``phase_times`` (seconds per phase) and ``gpu_count`` (after, else before).
+    ``versions_before``/``versions_after``, ``phase_times`` (seconds per phase), ``gpu_count`` (after, else before) and
+    ``interrupted`` (the jobs its drain interrupted, :func:`interrupted`).
     """
     result = result if isinstance(result, dict) else {}
     signature = _gate.failure_signature(result, node)
@@ -110,7 +111,18 @@ def final_details(result, node, facts_before=None, facts_after=None):
         'versions_after': result.get('versions_after'),
         'phase_times': result.get('seconds') or {},
         'gpu_count': _count(facts_after) or _count(facts_before),
+        'interrupted': interrupted(result.get('drain')),
     }
+
+
+def interrupted(drain):
+    """The jobs a node's drain interrupted (``node_drain_result.interrupted``: Slurm jobs requeued, Kubernetes workloads
+    evicted), each {job, kind, gpus, checkpoint, start, at, nodes}; [] when none or unreadable."""
+    found = (drain or {}).get('interrupted') if isinstance(drain, dict) else None
+    if not isinstance(found, list):
+        return []
+    keys = ('job', 'kind', 'gpus', 'checkpoint', 'start', 'at', 'nodes')
+    return [{key: entry.get(key) for key in keys} for entry in found if isinstance(entry, dict) and entry.get('job')]
 
 
 def _lists(value):

@@ -35,6 +35,7 @@ import datetime
 import heapq
 import statistics
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._policy import next_opening
 
 # Seconds per in-flight state when no earlier ledger says otherwise: the node_upgrade phases on a typical
@@ -48,7 +49,7 @@ DEFAULT_PHASE_SECONDS = {
     'validating': 180,
 }
 PHASES = tuple(DEFAULT_PHASE_SECONDS)
-CHECKPOINT_KEY = 'gpufleet.io/checkpoint'
+CHECKPOINT_KEY = _slurm.CHECKPOINT_KEY
 
 
 @dataclasses.dataclass(frozen=True)

@@ -215,23 +215,12 @@ def expand_hostlist(text):
 
 def _timestamp(text):
     """An ISO time (Slurm's local ``2026-11-24T12:00:00``, or with a zone) to epoch seconds; None when not a time."""
-    if not text or text in ('N/A', 'Unknown', 'NONE', '(null)'):
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.strip().replace('Z', '+00:00'))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.astimezone()
-    return moment.timestamp()
+    return _slurm.timestamp(text)
 
 
 def checkpoint_of(comment):
     """The declared next checkpoint (``gpufleet.io/checkpoint=<ISO time>`` in a job comment or pod annotation) in epoch seconds."""
-    if not comment:
-        return None
-    match = re.search(re.escape(_planner.CHECKPOINT_KEY) + r'=(\S+)', comment)
-    return _timestamp(match.group(1)) if match else None
+    return _slurm.declared_checkpoint(comment)
 
 
 def slurm_jobs(text):

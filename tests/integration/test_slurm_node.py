@@ -7,6 +7,7 @@ One module-scoped cluster of four nodes in its own temporary state directory; ev
 node, and the cluster is torn down at the end with nothing it started left running.
 """
 
+import datetime
 import json
 import os
 import re
@@ -199,3 +200,28 @@ def test_latin1_reason_hung_client_and_an_answer_about_another_node(cluster):
     finally:
         slurm_sim.scontrol(cluster.env, 'update', 'NodeName=gpu-02', 'State=RESUME')
     assert slurm_sim.node_reason(cluster.env, 'gpu-02') is None
+
+
+def test_a_drain_requeues_the_job_whose_checkpoint_passed_and_waits_for_the_one_ahead(cluster):
+    """Two jobs on gpu-01: one declared its checkpoint a minute ago (requeued: it restarts from it, Slurm counts the restart),
+    one declares it an hour ahead (waited for: the drain times out and the node is put back as it was, that job named)."""
+    slurm_sim.scontrol(cluster.env, 'update', 'NodeName=gpu-01', 'State=RESUME')
+    now = datetime.datetime.now(datetime.timezone.utc)
+    passed = slurm_sim.submit_job(cluster.env, 'gpu-01', 300, name='ckpt-passed',
+                                  comment='gpufleet.io/checkpoint=%s' % (now - datetime.timedelta(minutes=1)).isoformat())
+    ahead = slurm_sim.submit_job(cluster.env, 'gpu-01', 300, name='ckpt-ahead',
+                                 comment='step 400 gpufleet.io/checkpoint=%s' % (now + datetime.timedelta(hours=1)).isoformat())
+    try:
+        cluster.wait_job(passed, ('RUNNING',))
+        cluster.wait_job(ahead, ('RUNNING',))
+        result = cluster.play('slurm_node_requeue.yml', 'gpu-01')
+        assert result.rc == 0, result.document
+        drain = result.task('Drain, requeueing checkpointed jobs')['localhost']
+        assert [job['id'] for job in drain['requeued']] == [passed] and drain['requeue_refused'] == [], drain
+        record = drain['requeued'][0]
+        assert record['nodes'] == 'gpu-01' and record['gpus'] == 0 and record['checkpoint'] and record['at'] >= record['checkpoint']
+        assert drain['outcome'] == 'deferred' and ahead in drain['msg'] and passed not in drain['msg'], drain
+        assert slurm_sim.job_info(cluster.env, passed)['Restarts'] == '1'
+        assert slurm_sim.job_info(cluster.env, ahead)['Restarts'] == '0' and slurm_sim.job_state(cluster.env, ahead) == 'RUNNING'
+    finally:
+        slurm_sim.run_client(cluster.env, ['scancel', passed, ahead], check=False)

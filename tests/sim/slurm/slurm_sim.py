@@ -553,9 +553,10 @@ def node_reason(env, node):
     return re.sub(r'\s*\[[^\]]*@[^\]]*\]$', '', reason)
 
 
-def submit_job(env, node, seconds, exclusive=False, name='gpufleet-sim'):
-    """``sbatch --wrap "sleep N" -w NODE``; returns the job id (str)."""
-    node = check_node_name(node)
+def submit_job(env, node, seconds, exclusive=False, name='gpufleet-sim', comment=None):
+    """``sbatch --wrap "sleep N" -w NODE`` (``node``: one name, or a list for a job over several nodes, ``-N`` their count;
+    ``comment``: ``--comment``, e.g. a declared checkpoint); returns the job id (str)."""
+    nodes = [check_node_name(name_) for name_ in (node if isinstance(node, (list, tuple)) else [node])]
     seconds = int(seconds)
     if seconds < 0:
         raise ValueError('seconds must be >= 0')
@@ -565,10 +566,12 @@ def submit_job(env, node, seconds, exclusive=False, name='gpufleet-sim'):
     jobs = os.path.join(state_dir, 'jobs')
     if not os.path.isdir(jobs):
         os.makedirs(jobs)
-    argv = ['sbatch', '--parsable', '-J', name, '-w', node, '-N', '1', '-p', 'gpu',
+    argv = ['sbatch', '--parsable', '-J', name, '-w', ','.join(nodes), '-N', str(len(nodes)), '-p', 'gpu',
             '--chdir', jobs, '-o', os.path.join(jobs, 'job-%j.out'), '--wrap', 'sleep %d' % seconds]
     if exclusive:
         argv.insert(1, '--exclusive')
+    if comment is not None:
+        argv[1:1] = ['--comment', str(comment)]
     process = run_client(env, argv, timeout=30)
     return process.stdout.strip().split(';')[0]
 
@@ -577,6 +580,12 @@ def job_state(env, job_id):
     """JobState= of ``scontrol show job -o ID`` (``PENDING``, ``RUNNING``, ``COMPLETED``, ...)."""
     process = run_client(env, ['scontrol', 'show', 'job', '-o', str(int(job_id))], timeout=15)
     return parse_scontrol_oneliner(process.stdout.strip().splitlines()[0]).get('JobState')
+
+
+def job_info(env, job_id):
+    """Every field of ``scontrol show job -o ID`` (``JobState``, ``Restarts``, ``NodeList``, ``Comment`` ...)."""
+    process = run_client(env, ['scontrol', 'show', 'job', '-o', str(int(job_id))], timeout=15)
+    return parse_scontrol_oneliner(process.stdout.strip().splitlines()[0])
 
 
 def scontrol(env, *arguments):

@@ -20,7 +20,7 @@ def test_the_filters_are_exposed():
     assert filters['k8s_node_name']('gpu-01') == 'gpu-01'
     plan = filters['k8s_node_plan']({'resources': [NODE]}, 'gpu-01', action='uncordon', run='r')
     assert plan['outcome'] == 'pending' and plan['release']['uncordon'] is True
-    assert filters['k8s_pod_plan']({'resources': []}) == {'gpu_pods': [], 'refused': '', 'blocking': []}
+    assert filters['k8s_pod_plan']({'resources': []}) == {'gpu_pods': [], 'refused': '', 'blocking': [], 'workloads': []}
 
 
 def test_decision_errors_become_filter_errors_naming_the_node():

@@ -346,3 +346,42 @@ def test_a_drain_that_runs_out_of_time_undoes_only_what_it_did():
     # Already drained by an earlier run of ours: this call changed nothing, so nothing is undone.
     draining = node('mixed-drain')
     assert _slurm.restore_after_timeout(draining, _slurm.decide(draining, 'drained', reason=OURS)) == []
+
+
+# ------------------------------------------------------------------ requeue at a declared checkpoint
+
+def test_a_declared_checkpoint_is_read_from_a_job_comment():
+    assert _slurm.declared_checkpoint('step 400 gpufleet.io/checkpoint=2026-11-27T09:00:00Z rest') == 1795770000.0
+    assert _slurm.declared_checkpoint('gpufleet.io/checkpoint=2026-11-27T10:00:00+01:00') == 1795770000.0
+    for comment in (None, '', 'no declaration', 'gpufleet.io/checkpoint=soon', 'gpufleet.io/checkpoint='):
+        assert _slurm.declared_checkpoint(comment) is None
+
+
+@pytest.mark.parametrize('gres, gpus', [('gres/gpu:8', 8), ('gres:gpu:4', 4), ('gpu:h100:4', 4), ('gres/gpu:a100:2,gres/nic:1', 2),
+                                        ('N/A', 0), ('', 0), (None, 0)])
+def test_gres_gpus_of_a_job(gres, gpus):
+    assert _slurm.gres_gpus(gres) == gpus
+
+
+def test_the_jobs_a_drain_requeues_are_those_whose_checkpoint_passed():
+    text = ('77|gpu-[01-02]|gres/gpu:8|2026-11-27T08:00:00Z|a|b gpufleet.io/checkpoint=2026-11-27T09:00:00Z\n'
+            '78|gpu-01|N/A|2026-11-27T08:30:00Z|gpufleet.io/checkpoint=2026-11-27T10:00:00Z\n'
+            '79_3|gpu-01|gres:gpu:1|Unknown|\n')
+    jobs = _slurm.parse_requeue_jobs(text)
+    assert [(job['id'], job['gpus_per_node'], job['checkpoint']) for job in jobs] == [
+        ('77', 8, 1795770000.0), ('78', 0, 1795773600.0), ('79_3', 1, None)]
+    at_nine = 1795770000.0
+    assert [job['id'] for job in _slurm.requeue_choice(jobs, at_nine, 'checkpointed')] == ['77']
+    assert [job['id'] for job in _slurm.requeue_choice(jobs, at_nine + 3600, 'checkpointed')] == ['77', '78']
+    assert _slurm.requeue_choice(jobs, at_nine + 3600, 'never') == []
+    with pytest.raises(ValueError, match='requeue must be one of never, checkpointed'):
+        _slurm.requeue_choice(jobs, at_nine, 'always')
+    record = _slurm.requeue_record(jobs[0], at_nine + 5)
+    assert record == {'id': '77', 'nodes': 'gpu-[01-02]', 'gpus': 16, 'checkpoint': '2026-11-27T09:00:00+00:00',
+                      'start': '2026-11-27T08:00:00+00:00', 'at': '2026-11-27T09:00:05+00:00'}
+
+
+@pytest.mark.parametrize('line', ['77|gpu-01|N/A|Unknown', '7;7|gpu-01|N/A|Unknown|', '|gpu-01|N/A|Unknown|'])
+def test_a_squeue_line_that_is_not_the_requeue_format_is_refused(line):
+    with pytest.raises(_slurm.SlurmParseError, match='not a line of squeue'):
+        _slurm.parse_requeue_jobs(line + '\n')

@@ -441,3 +441,21 @@ def test_names_that_would_change_the_request_are_refused_naming_the_variable(nam
 def test_node_plan_checks_the_name_before_looking_for_the_node():
     with pytest.raises(KubeError, match=r"^node_drain_node_name: 'gpu-01,x' is not a Kubernetes node name"):
         node_plan({'items': [{'metadata': {'name': 'gpu-01,x'}}]}, 'gpu-01,x')
+
+
+def test_the_workloads_a_drain_interrupts_are_the_gpu_pods_jobs():
+    def pod(name, labels=None, annotations=None, gpus=2, owner='Job', start='2026-11-27T08:00:00Z', phase='Running'):
+        return {'metadata': {'name': name, 'namespace': 'ml', 'labels': labels or {}, 'annotations': annotations or {},
+                             'ownerReferences': [{'kind': owner, 'name': 'o', 'controller': True}]},
+                'spec': {'nodeName': 'gpu-01', 'containers': [{'name': 'c', 'resources': {'limits': {'nvidia.com/gpu': gpus},
+                                                                                           'requests': {'nvidia.com/gpu': gpus}}}]},
+                'status': {'phase': phase, 'startTime': start}}
+    jobset = {'jobset.sigs.k8s.io/jobset-name': 'llm'}
+    pods = [pod('llm-0', jobset, {'gpufleet.io/checkpoint': '2026-11-27T09:00:00Z'}),
+            pod('llm-1', jobset, start='2026-11-27T07:00:00Z'),
+            pod('notebook'), pod('exporter', owner='DaemonSet'), pod('etl', {'job-name': 'etl'}, gpus=0),
+            pod('old', {'job-name': 'done'}, phase='Succeeded')]
+    plan = pod_plan({'resources': pods})
+    assert plan['workloads'] == [
+        {'job': 'JobSet ml/llm', 'gpus': 4, 'checkpoint': '2026-11-27T09:00:00Z', 'start': '2026-11-27T07:00:00Z'},
+        {'job': 'Pod ml/notebook', 'gpus': 2, 'checkpoint': None, 'start': '2026-11-27T08:00:00Z'}]

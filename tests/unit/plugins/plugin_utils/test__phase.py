@@ -78,3 +78,13 @@ def test_record_refuses_a_node_of_another_run(tmp_path):
     ledger = _phase.open_ledger({'run_dir': str(tmp_path), 'run_id': 'run1'})
     with pytest.raises(_ledger.LedgerError, match='gpu-09 is not a node of run run1'):
         _phase.record(ledger, 'gpu-09', 'cordoned', '')
+
+
+def test_the_final_event_carries_the_jobs_the_drain_interrupted():
+    requeued = {'job': '77', 'kind': 'requeued', 'gpus': 16, 'checkpoint': '2026-11-27T09:00:00+00:00', 'start': None,
+                'at': '2026-11-27T09:00:05+00:00', 'nodes': 'gpu-[01-02]', 'extra': 'dropped'}
+    result = {'state': 'done', 'drain': {'outcome': 'done', 'interrupted': [requeued, 'odd', {'kind': 'no job'}]}}
+    details = _phase.final_details(result, 'gpu-01')
+    assert details['interrupted'] == [{key: value for key, value in requeued.items() if key != 'extra'}]
+    assert _phase.final_details({'state': 'done', 'drain': None}, 'gpu-01')['interrupted'] == []
+    assert _phase.interrupted({'interrupted': 'not a list'}) == []
