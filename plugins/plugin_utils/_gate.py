@@ -9,8 +9,8 @@ says now (:class:`SchedulerView`) and ``now`` (an aware datetime).  The answer (
 
 * ``admit``: the node may start (``canary`` says whether it goes as a canary);
 * ``wait``: not now; ``rule`` says why (``member``: in flight on another live controller of the run,
-  ``maintenance_window``, ``canary``, ``window``, ``budget_window``, ``domain``, ``capacity_unknown``,
-  ``capacity_floor``) and ``until`` when a time is known;
+  ``maintenance_window``, ``canary``, ``window``, ``budget_window``, ``checkpoint`` and ``job_group`` (its running jobs,
+  :func:`job_limits`), ``domain``, ``capacity_unknown``, ``capacity_floor``) and ``until`` when a time is known;
 * ``pause``: no new admissions for anyone, in-flight nodes finish: ``operator``, ``circuit_breaker``
   (stays until an operator resets it), ``pin_suspect`` ("roll back the pin"), ``canary_failed``, ``budget``; its
   ``rules`` name every one of them that holds (the first is ``rule``);
@@ -277,9 +277,9 @@ def group_limit(policy, rollout):
 
 
 def group_wait(policy, rollout, node, members, jobs, flying):
-    """The wait a job's group imposes besides the limits: a group larger than the window waits until its job ends or is
-    requeued (rule ``job_group``: never taken in pieces while the job runs); one that fits waits for room for all of it
-    (rule ``window``); None for a node alone."""
+    """The wait a job's group imposes besides the limits (rule ``job_group``; never a run-wide rule such as ``window``: a node
+    alone may still fit): a group larger than the window waits until its job ends or is requeued (never taken in pieces while
+    the job runs); one that fits waits for room for all of it; None for a node alone."""
     if len(members) < 2:
         return None
     limit = group_limit(policy, rollout)
@@ -288,7 +288,7 @@ def group_wait(policy, rollout, node, members, jobs, flying):
         return Decision(WAIT, 'job_group', 'job %s runs on %d pending node(s) of the rollout (%s), more than the %d that may be in '
                         'flight: they wait until the job ends or is requeued, never taken in pieces' % (names, len(members), ', '.join(members), limit))
     if len(flying) + len(members) > limit:
-        return Decision(WAIT, 'window', 'job %s: its group of %d (%s) goes together; %d of %d in flight'
+        return Decision(WAIT, 'job_group', 'job %s: its group of %d (%s) goes together when the window has room for all of it; %d of %d in flight'
                         % (names, len(members), ', '.join(members), len(flying), limit))
     return None
 
@@ -493,7 +493,7 @@ def admit(policy, rollout, scheduler, node, now, member=None):
         return waiting
     members, jobs = job_group(rollout, scheduler, node)
     if is_canary and len(members) > 1:
-        return Decision(WAIT, 'canary', 'canary phase: %s runs job %s with %s; a job\'s group goes together, after the canaries'
+        return Decision(WAIT, 'job_group', 'canary phase: %s runs job %s with %s; a job\'s group goes together, after the canaries'
                         % (node, ', '.join(sorted(jobs)), ', '.join(members[1:])))
 
     flying = in_flight(rollout)

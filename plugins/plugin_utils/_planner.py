@@ -288,6 +288,8 @@ def plan(policy, nodes, scheduler, now, estimates=None, converge=True):
                 blocked.append({'rule': 'window', 'reason': 'position %d; the window holds %d' % (index + 1, size)})
         entry['blocked_by'] = blocked
         entries.append(entry)
+    starts = {name: begin for name, (_index, begin, _end, _canary) in schedule.items()}
+    jobs = predict_interruptions(nodes, starts, policy.job_aware)
     return {
         'generated': now.astimezone(datetime.timezone.utc).isoformat(),
         'nodes_total': len(ordered),
@@ -298,4 +300,54 @@ def plan(policy, nodes, scheduler, now, estimates=None, converge=True):
         'node_seconds': duration,
         'predicted_seconds': round(makespan_end - start_stamp),
         'order': entries,
+        'job_aware': policy.job_aware,
+        'jobs': jobs,
+        'interruptions': sum(job['interruptions'] for job in jobs),
+        'gpu_hours_lost': round(sum(job['gpu_hours_lost'] or 0.0 for job in jobs), 2),
     }
+
+
+# Drains of one job's nodes whose predicted starts lie within this many seconds interrupt it once.
+SAME_INTERRUPTION_SECONDS = 60
+
+
+def predict_interruptions(nodes, starts, job_aware=True):
+    """Per running job, how many times the rollout is predicted to interrupt it and the GPU-hours it loses:
+    [{job, nodes, interruptions, gpu_hours_lost (None when unknown), at (the predicted drains, ISO)}], by job.
+
+    ``starts``: each planned node's predicted start (epoch seconds).  A job that ends before the first of its nodes starts is
+    never interrupted.  Job-aware (the gate's job rules), its nodes go together at its declared checkpoint: once, nothing lost
+    when it declares one, else the work since it started.  Without, every drain of its nodes at a different time (more than
+    :data:`SAME_INTERRUPTION_SECONDS` apart) interrupts it again, each losing the work since its checkpoint when that passed,
+    else since it started; the nodes it was moved to are not predicted."""
+    by_job = {}
+    gpus = {}
+    for node in nodes:
+        for job in node.jobs:
+            by_job.setdefault(job.id, (job, []))[1].append(node.name)
+            gpus[job.id] = gpus.get(job.id, 0) + node.gpus
+    found = []
+    for job_id in sorted(by_job):
+        job, names = by_job[job_id]
+        times = sorted(starts[name] for name in names if name in starts)
+        if not times or (job.end is not None and job.end <= times[0]):
+            continue
+        if job_aware:
+            drains = [max(times[0], job.checkpoint) if job.checkpoint is not None else times[0]]
+        else:
+            drains = []
+            for moment in times:
+                if not drains or moment - drains[-1] > SAME_INTERRUPTION_SECONDS:
+                    drains.append(moment)
+        lost = 0.0
+        for moment in drains:
+            if job_aware and job.checkpoint is not None:
+                break       # the gate admits its nodes at a declared checkpoint only (this one, or the next it declares)
+            base = job.checkpoint if job.checkpoint is not None and job.checkpoint <= moment else job.start
+            if base is None:
+                lost = None
+                break
+            lost += max(0.0, moment - base) / 3600.0 * gpus[job_id]
+        found.append({'job': job_id, 'nodes': sorted(names), 'interruptions': len(drains),
+                      'gpu_hours_lost': round(lost, 2) if lost is not None else None, 'at': [_iso(moment) for moment in drains]})
+    return found

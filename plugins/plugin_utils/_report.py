@@ -12,6 +12,11 @@ turns them, and the rollout ledger when there is one (:func:`read_ledger`), into
 A node's ``driver_source`` (``container``, ``host_package``, ``runfile``, ``unowned``; null when not reported) and its
 ``driver_source_evidence`` are the ones its drift_check (or node_upgrade) result carries from the node's facts (schema 1.2).
 
+A node's ``interrupted`` (the jobs its drain interrupted, as the ledger's record carries them), ``job_group`` (the
+nodes admitted with it as one job's group) and ``held_by`` (who holds a node left alone at the gate) come from the ledger
+(schema 1.3); :func:`job_interruptions` counts per job the distinct interruptions and the GPU-hours lost since the last
+declared checkpoint (``summary.jobs``).
+
 A node's ``state`` is the ledger's state when the ledger knows the node (the report agrees with the ledger), else
 its ``node_upgrade_result`` state, else its drift status (``in_sync``, ``drifted``, ``broken``, ``not_checked``),
 else what Ansible says (``unreachable``, ``failed``), else ``not_reported`` (or ``pending`` in a rollout).
@@ -28,7 +33,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import D
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _gate
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
 
-SCHEMA_VERSION = '1.2'
+SCHEMA_VERSION = '1.3'
 SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fleet_report.schema.json')
 SCHEMA_ID = 'https://gpufleet.invalid/lifecycle/fleet_report.schema.json'
 DRIFT_STATUSES = ('in_sync', 'drifted', 'broken', 'not_checked')
@@ -44,6 +49,11 @@ PROGRESS = {
 }
 FAILURE_KINDS = ('rolled_back', 'quarantined', 'validation', 'drift', 'broken', 'unreachable', 'error')
 _DIAG = re.compile(r'^dcgm_diag_r(\d+)$')
+# What a drain did to a job: Slurm requeued it (``gpus``: the whole job's), Kubernetes evicted its pods (``gpus``: this node's).
+INTERRUPTION_KINDS = ('requeued', 'evicted')
+INTERRUPTION_KEYS = ('job', 'kind', 'gpus', 'checkpoint', 'start', 'at', 'nodes')
+# Records of one job whose drains began within this many seconds of an interruption's first are that interruption.
+CONCURRENT_SECONDS = 60
 
 
 class ReportError(ValueError):
@@ -180,6 +190,42 @@ def _ledger_section(record):
     return dict((key, record.get(key)) for key in ('state', 'reason', 'since', 'admitted_at', 'finished_at'))
 
 
+def _optional_text(value):
+    return None if value is None or value == '' else str(value)
+
+
+def _interrupted(record):
+    """The jobs a node's drain interrupted, from its ledger record (``_phase.interrupted``), normalised: each
+    ``{job, kind, gpus, checkpoint, start, at, nodes}`` with text ids and times, ``kind`` one of :data:`INTERRUPTION_KINDS`
+    or null, ``gpus`` a count or null; [] when none or unreadable."""
+    found = record.get('interrupted') if isinstance(record, dict) else None
+    entries = []
+    for entry in found if isinstance(found, list) else []:
+        if not isinstance(entry, dict) or entry.get('job') in (None, ''):
+            continue
+        gpus = entry.get('gpus')
+        nodes = entry.get('nodes')
+        if isinstance(nodes, (list, tuple)):
+            nodes = ','.join(str(item) for item in nodes)
+        entries.append({
+            'job': str(entry['job']),
+            'kind': entry.get('kind') if entry.get('kind') in INTERRUPTION_KINDS else None,
+            'gpus': gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0 else None,
+            'checkpoint': _optional_text(entry.get('checkpoint')),
+            'start': _optional_text(entry.get('start')),
+            'at': _optional_text(entry.get('at')),
+            'nodes': _optional_text(nodes),
+        })
+    return entries
+
+
+def _names(value):
+    """A list of node names (a job's group) or None."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    return [str(item) for item in value]
+
+
 def _timeline(name, host, ledger, end):
     """``[{'phase', 'start', 'end'}]``: the ledger's states over time, else the procedure's phase marks, else the tasks."""
     steps = [(_epoch(event.get('time')), event.get('to')) for event in (ledger or {}).get('events') or []
@@ -293,6 +339,9 @@ def build_node(name, host, ledger=None, rollout_run=False, end=None, slot=None):
         'ledger': _ledger_section(record),
     }
     node['driver_source'], node['driver_source_evidence'] = _driver_source(host)
+    node['interrupted'] = _interrupted(record)
+    node['job_group'] = _names((record or {}).get('group'))
+    node['held_by'] = _optional_text((record or {}).get('held_by'))
     if node['ledger']:
         node['state'] = node['ledger']['state']
     elif node['rollout']:
@@ -310,6 +359,78 @@ def build_node(name, host, ledger=None, rollout_run=False, end=None, slot=None):
     node['failure'] = _failure(node, host.get('errors') or [])
     node['timeline'] = _timeline(name, host, ledger, end)
     return node
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The jobs a rollout interrupted.
+
+def _interruption_gpus(records):
+    """The GPUs an interruption took from its job: a Slurm requeue's record has the whole job's GPUs (the most any record
+    says), a Kubernetes eviction's the GPUs its pods held on one node (summed, one count per node); None when none says."""
+    per_node = {}
+    for name, entry in records:
+        if entry['gpus'] is not None:
+            per_node[name] = max(per_node.get(name, 0), entry['gpus'])
+    if not per_node:
+        return None
+    if all(entry['kind'] == 'evicted' for _name, entry in records):
+        return sum(per_node.values())
+    return max(per_node.values())
+
+
+def _lost_since(records, at):
+    """Epoch seconds since which an interruption's work is lost: the job's declared checkpoint when it is at or before
+    ``at`` (the latest such), else the job's start (the last checkpoint is unknown), else None."""
+    if at is None:
+        return None
+    checkpoints = [stamp for stamp in (_epoch(entry['checkpoint']) for _name, entry in records) if stamp is not None and stamp <= at]
+    if checkpoints:
+        return max(checkpoints)
+    starts = [stamp for stamp in (_epoch(entry['start']) for _name, entry in records) if stamp is not None]
+    return min(starts) if starts else None
+
+
+def job_interruptions(nodes):
+    """Per job, what the rollout's drains did to it: ``[{job, interruptions, gpu_hours_lost, lost_unknown, nodes, at}]``
+    sorted by job, from the nodes' ``interrupted`` records.
+
+    Records of one job are one interruption when their nodes share a ``job_group`` (admitted together as the job's group)
+    or when their ``at`` is within :data:`CONCURRENT_SECONDS` of the interruption's first ``at`` (concurrent drains); else
+    they are a new one.  An interruption loses ``(at - base) / 3600`` hours (never negative) times its GPUs
+    (:func:`_interruption_gpus`), ``base`` being :func:`_lost_since`; ``lost_unknown`` when an interruption has no base
+    (no checkpoint at or before ``at`` and no start) or no GPU count, its loss then not counted.  ``at``: the first ``at``
+    of each interruption, in order.
+    """
+    records = {}
+    for node in nodes:
+        group = tuple(sorted(_names(node.get('job_group')) or ()))
+        for entry in _interrupted(node):
+            records.setdefault(entry['job'], []).append((node['name'], group, entry))
+    jobs = []
+    for job in sorted(records):
+        found = []     # [{'at': epoch or None, 'text': first at, 'groups': set, 'records': [(node, entry)]}]
+        ordered = sorted(records[job], key=lambda item: (_epoch(item[2]['at']) is None, _epoch(item[2]['at']) or 0.0, item[0]))
+        for name, group, entry in ordered:
+            at = _epoch(entry['at'])
+            interruption = next((item for item in found if (group and group in item['groups']) or (
+                at is not None and item['at'] is not None and abs(at - item['at']) <= CONCURRENT_SECONDS)), None)
+            if interruption is None:
+                interruption = {'at': at, 'text': entry['at'], 'groups': set(), 'records': []}
+                found.append(interruption)
+            if group:
+                interruption['groups'].add(group)
+            interruption['records'].append((name, entry))
+        hours, unknown = 0.0, False
+        for interruption in found:
+            base = _lost_since(interruption['records'], interruption['at'])
+            gpus = _interruption_gpus(interruption['records'])
+            if base is None or gpus is None:
+                unknown = True
+                continue
+            hours += max(0.0, interruption['at'] - base) / 3600.0 * gpus
+        jobs.append({'job': job, 'interruptions': len(found), 'gpu_hours_lost': round(hours, 2), 'lost_unknown': unknown,
+                     'nodes': sorted(set(name for name, _group, _entry in records[job])), 'at': [item['text'] for item in found]})
+    return jobs
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -346,6 +467,7 @@ def summarize(nodes, kind):
             entry['nodes'] += 1
             entry['total'] = round(entry['total'] + seconds, 1)
             entry['max'] = max(entry['max'], seconds)
+    jobs = job_interruptions(nodes)
     return {
         'nodes': len(nodes),
         'states': states,
@@ -356,6 +478,10 @@ def summarize(nodes, kind):
         'phases': dict((phase, dict(entry, mean=round(entry['total'] / entry['nodes'], 1))) for phase, entry in sorted(phases.items())),
         'failures': len([node for node in nodes if node['failure']]),
         'driver_sources': sources,
+        'jobs': jobs,
+        'jobs_interrupted': len(jobs),
+        'interruptions': sum(job['interruptions'] for job in jobs),
+        'gpu_hours_lost': round(sum(job['gpu_hours_lost'] for job in jobs), 2),
     }
 
 
@@ -410,7 +536,8 @@ def merge(reports):
     if not reports:
         raise ReportError('nothing to merge')
     versions = set(report.get('schema_version') for report in reports)
-    # 1.x only adds fields: reports of every 1.x merge (a node of an older one has no slot, one before 1.2 no driver_source).
+    # 1.x only adds fields: reports of every 1.x merge (a node of an older one has no slot, one before 1.2 no driver_source,
+    # one before 1.3 no interrupted, job_group or held_by).
     major = SCHEMA_VERSION.split('.', maxsplit=1)[0]
     if not all(str(version).split('.', maxsplit=1)[0] == major for version in versions):
         raise ReportError('cannot merge report schema versions %s (this collection writes %s)' % (

@@ -91,6 +91,32 @@ def foreign_driver_rows(report):
             for node in report['nodes'] if node.get('driver_source') in ('runfile', 'unowned')]
 
 
+def job_rows(report):
+    """The jobs the rollout interrupted (``summary.jobs``), each with ``lost``: its GPU-hours lost as the report shows them
+    (``12.50``; ``+ unknown`` when an interruption's loss could not be counted); [] when none (or a report before 1.3)."""
+    rows = []
+    for job in report['summary'].get('jobs') or []:
+        lost = '%.2f' % job['gpu_hours_lost']
+        rows.append(dict(job, lost='%s + unknown' % lost if job.get('lost_unknown') else lost))
+    return rows
+
+
+def jobs_line(report):
+    """``2 jobs interrupted, 3 interruptions, 12.50 GPU-hours lost since their last declared checkpoint.``, or None."""
+    summary = report['summary']
+    if not summary.get('jobs'):
+        return None
+    return '%d job%s interrupted, %d interruption%s, %.2f GPU-hours lost since their last declared checkpoint%s.' % (
+        summary['jobs_interrupted'], '' if summary['jobs_interrupted'] == 1 else 's', summary['interruptions'],
+        '' if summary['interruptions'] == 1 else 's', summary['gpu_hours_lost'],
+        ' (and some not counted: no checkpoint or start known)' if any(job.get('lost_unknown') for job in summary['jobs']) else '')
+
+
+def held_rows(report):
+    """``[{'node', 'held_by'}]``: the nodes left alone at the gate because another actor holds them."""
+    return [{'node': node['name'], 'held_by': node['held_by']} for node in report['nodes'] if node.get('held_by')]
+
+
 def failure_rows(report):
     return [dict(node['failure'], node=node['name'], state=node['state']) for node in report['nodes'] if node['failure']]
 
@@ -160,6 +186,10 @@ def markdown(report):
     sources = driver_source_counts(report)
     if sources:
         lines += ['', 'Driver sources: %s.' % ', '.join('%d %s' % (count, source) for source, count in sources)]
+    held = held_rows(report)
+    if held:
+        held_by = '; '.join('%s (%s)' % (_cell(row['node']), _cell(row['held_by'])) for row in held)
+        lines += ['', 'Left alone, another actor holds them: %s.' % held_by]
     lines += ['', '## Nodes', '', '| node | state | Ansible | drift | driver source | rollout phase | reason |',
               '| --- | --- | --- | --- | --- | --- | --- |']
     for node in report['nodes']:
@@ -177,6 +207,11 @@ def markdown(report):
     if foreign:
         lines += ['', '## Drivers no package manages', '', '| node | driver source | evidence |', '| --- | --- | --- |']
         lines.extend('| %s | %s | %s |' % (_cell(row['node']), _cell(row['driver_source']), _cell(row['evidence'])) for row in foreign)
+    jobs = job_rows(report)
+    if jobs:
+        lines += ['', '## Jobs interrupted', '', jobs_line(report), '', '| job | interruptions | GPU-hours lost | nodes |', '| --- | --- | --- | --- |']
+        lines.extend('| %s | %d | %s | %s |' % (_cell(row['job']), row['interruptions'], row['lost'], _cell(', '.join(row['nodes'])))
+                     for row in jobs)
     failures = failure_rows(report)
     lines += ['', '## Failures', '']
     if failures:
@@ -206,7 +241,7 @@ def html(report):
         template = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
                                       lstrip_blocks=True).from_string(handle.read())
     return template.render(report=report, summary=report['summary'], run=report['run'], drift=drift_rows(report), sources=driver_source_counts(report),
-                           foreign=foreign_driver_rows(report),
+                           foreign=foreign_driver_rows(report), jobs=job_rows(report), jobs_line=jobs_line(report), held=held_rows(report),
                            failures=failure_rows(report), phases=phase_columns(report), chart=timeline(report), duration=duration)
 
 
@@ -305,6 +340,19 @@ def metrics(report, playbook=None):
     for phase, entry in summary['phases'].items():
         phases.labels(label, phase, 'mean').set(entry['mean'])
         phases.labels(label, phase, 'max').set(entry['max'])
+    # The jobs the rollout's drains interrupted (a Slurm requeue, a Kubernetes eviction): gauges of this run, like the rest.
+    Gauge('gpufleet_interruptions', 'Interruptions of jobs by the rollout\'s drains (a drain that requeued or evicted a job), '
+          'over all jobs.', ['playbook'], registry=registry).labels(label).set(summary.get('interruptions') or 0)
+    Gauge('gpufleet_jobs_interrupted', 'Jobs the rollout\'s drains interrupted.', ['playbook'],
+          registry=registry).labels(label).set(summary.get('jobs_interrupted') or 0)
+    Gauge('gpufleet_gpu_hours_lost', 'GPU-hours of work lost to the rollout\'s drains since the jobs\' last declared checkpoint '
+          '(else their start).', ['playbook'], registry=registry).labels(label).set(summary.get('gpu_hours_lost') or 0)
+    per_job = Gauge('gpufleet_job_interruptions', 'Interruptions of one job by the rollout\'s drains.', ['playbook', 'job'], registry=registry)
+    hours = Gauge('gpufleet_job_gpu_hours_lost', 'GPU-hours one job lost to the rollout\'s drains since its last declared checkpoint.',
+                  ['playbook', 'job'], registry=registry)
+    for job in summary.get('jobs') or []:
+        per_job.labels(label, job['job']).set(job['interruptions'])
+        hours.labels(label, job['job']).set(job['gpu_hours_lost'])
     finished = _report._epoch(report['run']['finished']) or 0
     Gauge('gpufleet_report_last_run_timestamp_seconds', 'When the run ended (Unix time).', ['playbook'],
           registry=registry).labels(label).set(finished)

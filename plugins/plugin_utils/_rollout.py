@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import datetime
 import hashlib
 import os
 import re
@@ -657,6 +656,10 @@ def plan_lines(plan):
             continue
         mark = 'canary' if entry['canary'] else ''
         lines.append('%3d %-20s %-6s start +%ss end +%ss%s' % (entry['position'], entry['node'], mark, entry['start_in'], entry['end_in'], blocked))
+    for job in plan.get('jobs') or []:
+        lost = job['gpu_hours_lost']
+        lines.append('  job %s on %s: interrupted %d time(s), %s GPU-hour(s) lost' % (
+            job['job'], ', '.join(job['nodes']), job['interruptions'], 'unknown' if lost is None else lost))
     lines.append('predicted: %ss for %d node(s), window %d, canary %d (phase times from %d earlier sample(s))'
                  % (plan['predicted_seconds'], plan['nodes_planned'], plan['window'], plan['canary'], plan.get('phase_samples', 0)))
     return lines

@@ -628,6 +628,38 @@ def test_a_deferred_node_is_retried_up_to_gpufleet_retries(fleet, tmp_path):
     assert state['status'] == 'finished'
 
 
+def test_a_multi_node_job_goes_together_at_its_checkpoint_and_is_interrupted_once(fleet, tmp_path):
+    """A job on gpu-01 and gpu-02 (sbatch -N 2) declares its next checkpoint ahead: the idle gpu-03 and gpu-04 go first, then
+    gpu-01 and gpu-02 together in one look, not before the checkpoint; the drain requeues the job there, once (Slurm's own
+    restart count), and the ledger records that interruption with the group's nodes."""
+    environment = fleet.vars['gpufleet_slurm_environment']
+    run_dir = str(tmp_path / 'runs')
+    checkpoint = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=25)
+    job = slurm_sim.submit_job(environment, ['gpu-01', 'gpu-02'], 900, name='llm', comment='gpufleet.io/checkpoint=' + checkpoint.isoformat())
+    try:
+        slurm_sim.poll(lambda: slurm_sim.job_state(environment, job) == 'RUNNING', 30, interval=0.2, what='job %s running' % job)
+        process = rollout(fleet, run_dir, gpufleet_hosts='gpu-01,gpu-02,gpu-03,gpu-04', gpufleet_window=2, gpufleet_canary=0)
+        assert process.returncode == 0, failures(process)
+        events, state = ledger(run_dir)
+        info = slurm_sim.job_info(environment, job)
+    finally:
+        slurm_sim.run_client(environment, ['scancel', job], check=False)
+    assert {node: record['state'] for node, record in state['nodes'].items()} == dict.fromkeys(('gpu-01', 'gpu-02', 'gpu-03', 'gpu-04'), 'done')
+    admitted = {event['node']: event for event in admissions(events)}
+    at = {node: datetime.datetime.fromisoformat(event['time']) for node, event in admitted.items()}
+    assert min(at['gpu-01'], at['gpu-02']) >= checkpoint, (at, checkpoint)
+    assert abs((at['gpu-01'] - at['gpu-02']).total_seconds()) < 2, at           # one look admitted both
+    assert max(at['gpu-03'], at['gpu-04']) < min(at['gpu-01'], at['gpu-02']), at
+    assert state['nodes']['gpu-01']['group'] == state['nodes']['gpu-02']['group'] == ['gpu-01', 'gpu-02']
+    assert state['nodes']['gpu-02']['jobs'] == [job]
+    assert max(len(flying) for _event, flying in in_flight_over_time(events)) <= 2
+    # Interrupted once: requeued by one drain of the group (Slurm counts one restart), recorded on that node's final event.
+    assert info['Restarts'] == '1', info
+    interrupted = [entry for node in ('gpu-01', 'gpu-02') for entry in state['nodes'][node].get('interrupted') or []]
+    assert [(entry['job'], entry['kind']) for entry in interrupted] == [(job, 'requeued')], interrupted
+    assert datetime.datetime.fromisoformat(interrupted[0]['at']) >= checkpoint
+
+
 def test_the_circuit_breaker_counts_earlier_runs_until_an_operator_resets_it(fleet, tmp_path):
     """An earlier run in the same run folder quarantined gpu-06; this run quarantines gpu-04 (its validation fails): two within
     the breaker's window trip it, gpu-05 is not admitted, the escalation hook hears of the quarantine and the pause, and a

@@ -118,13 +118,17 @@ def stop_fleet(state_dir, timeout=10):
     os.unlink(paths['pid'])
 
 
-def add_long_pod(state_dir, node, seconds):
-    """A GPU training pod on ``node`` that finishes after ``seconds``; returns 'namespace/name'."""
+def add_long_pod(state_dir, node, seconds, labels=None, annotations=None, owner=None):
+    """A GPU training pod on ``node`` that finishes after ``seconds``; returns 'namespace/name'. ``labels`` and ``annotations``
+    are added to its own (a workload's labels, a declared checkpoint), ``owner`` is its controller's owner reference (e.g. the
+    Job of a JobSet's replicated job: then a drain may evict it)."""
     name = 'train-%s-%d' % (node, int(time.time()))
-    pod = {'metadata': {'name': name, 'namespace': 'ml', 'labels': {'app': 'train'},
-                        'annotations': {'sim.gpufleet.io/finish-after-seconds': str(seconds)}},
+    pod = {'metadata': {'name': name, 'namespace': 'ml', 'labels': dict({'app': 'train'}, **(labels or {})),
+                        'annotations': dict({'sim.gpufleet.io/finish-after-seconds': str(seconds)}, **(annotations or {}))},
            'spec': {'nodeName': node, 'containers': [{'name': 'train', 'image': 'nvcr.io/nvidia/pytorch:24.08-py3',
                                                       'resources': {'limits': {'nvidia.com/gpu': '8'}}}]}}
+    if owner:
+        pod['metadata']['ownerReferences'] = [dict(owner, controller=True)]
     request = urllib.request.Request(_url(state_dir) + '/_sim/pods', data=json.dumps(pod).encode('utf-8'),
                                      headers={'Content-Type': 'application/json'}, method='POST')
     with urllib.request.urlopen(request, timeout=10) as response:  # nosec - loopback fake API only

@@ -538,7 +538,9 @@ def test_a_multi_node_job_takes_its_pending_nodes_together():
 def test_a_group_waits_for_room_for_all_of_it_and_a_group_larger_than_the_window_waits_for_its_job():
     view = jobs_view(job('7', 'n6', 'n4'))
     decision = decide(pol=policy(gpufleet_window=2), roll=rollout(n1={'state': 'converging'}), scheduler=view)
-    assert (decision.action, decision.rule) == ('wait', 'window') and 'goes together' in decision.reason
+    assert (decision.action, decision.rule) == ('wait', 'job_group') and 'goes together' in decision.reason
+    # A node alone still fits the window.
+    assert decide(pol=policy(gpufleet_window=2), roll=rollout(n1={'state': 'converging'}), scheduler=view, node='n5').action == 'admit'
     decision = decide(pol=policy(gpufleet_window=2), scheduler=jobs_view(job('9', 'n6', 'n4', 'n2')))
     assert (decision.action, decision.rule) == ('wait', 'job_group') and 'never taken in pieces' in decision.reason
     # The failure budget's window counts too: 10 % of 6 nodes absorbs no failure, one node at a time.
@@ -558,7 +560,9 @@ def test_the_floor_and_the_domain_limit_hold_for_the_whole_group():
 
 def test_a_group_never_goes_as_a_canary():
     decision = decide(pol=policy(gpufleet_canary=1), scheduler=jobs_view(job('7', 'n6', 'n4')))
-    assert (decision.action, decision.rule) == ('wait', 'canary') and 'group' in decision.reason
+    assert (decision.action, decision.rule) == ('wait', 'job_group') and 'after the canaries' in decision.reason
+    # A node alone goes as the canary meanwhile.
+    assert decide(pol=policy(gpufleet_canary=1), scheduler=jobs_view(job('7', 'n6', 'n4')), node='n5').rule == 'canary'
 
 
 def test_the_queue_never_waits_for_a_node_held_by_its_checkpoint():

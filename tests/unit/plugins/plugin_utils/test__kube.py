@@ -447,8 +447,8 @@ def test_the_workloads_a_drain_interrupts_are_the_gpu_pods_jobs():
     def pod(name, labels=None, annotations=None, gpus=2, owner='Job', start='2026-11-27T08:00:00Z', phase='Running'):
         return {'metadata': {'name': name, 'namespace': 'ml', 'labels': labels or {}, 'annotations': annotations or {},
                              'ownerReferences': [{'kind': owner, 'name': 'o', 'controller': True}]},
-                'spec': {'nodeName': 'gpu-01', 'containers': [{'name': 'c', 'resources': {'limits': {'nvidia.com/gpu': gpus},
-                                                                                           'requests': {'nvidia.com/gpu': gpus}}}]},
+                'spec': {'nodeName': 'gpu-01',
+                         'containers': [{'name': 'c', 'resources': {'limits': {'nvidia.com/gpu': gpus}, 'requests': {'nvidia.com/gpu': gpus}}}]},
                 'status': {'phase': phase, 'startTime': start}}
     jobset = {'jobset.sigs.k8s.io/jobset-name': 'llm'}
     pods = [pod('llm-0', jobset, {'gpufleet.io/checkpoint': '2026-11-27T09:00:00Z'}),

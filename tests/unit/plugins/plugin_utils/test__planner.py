@@ -159,3 +159,22 @@ def test_the_plan_shrinks_the_window_to_what_the_failure_budget_absorbs():
     assert plan(policy(gpufleet_window=5, gpufleet_max_fail_percentage=0), nodes, SchedulerView(total_gpus=80), NOW)['window'] == 1
     off = plan(policy(gpufleet_window=5, gpufleet_max_fail_percentage=0, gpufleet_budget_window=False), nodes, SchedulerView(total_gpus=80), NOW)
     assert off['window'] == 5
+
+
+def test_the_plan_predicts_each_jobs_interruptions_with_and_without_the_job_rules():
+    # Job 7 runs on a and b (no checkpoint, started an hour ago); job 8 on c declares its checkpoint in 10 minutes.
+    seven = Job('7', nodes=('a', 'b'), start=NOW.timestamp() - 3600)
+    eight = Job('8', nodes=('c',), checkpoint=NOW.timestamp() + 600)
+    nodes = [PlanNode('a', gpus=8, jobs=(seven,)), PlanNode('b', gpus=8, jobs=(seven,)), PlanNode('c', gpus=8, jobs=(eight,)),
+             PlanNode('d', gpus=8)]
+    aware = plan(policy(gpufleet_window=1), nodes, SchedulerView(total_gpus=32, unavailable={}), NOW)
+    jobs = {job['job']: job for job in aware['jobs']}
+    assert jobs['7']['interruptions'] == 1 and jobs['8'] == dict(jobs['8'], interruptions=1, gpu_hours_lost=0.0)
+    unaware = plan(policy(gpufleet_window=1, gpufleet_job_aware=False), nodes, SchedulerView(total_gpus=32, unavailable={}), NOW)
+    jobs = {job['job']: job for job in unaware['jobs']}
+    # One node at a time: a and b drain at different times, job 7 is interrupted twice, each losing the work since it started.
+    assert jobs['7']['interruptions'] == 2 and jobs['7']['gpu_hours_lost'] > 2 * 16 * 1.0
+    assert unaware['interruptions'] == 3 and aware['interruptions'] == 2 and unaware['job_aware'] is False
+    # A job that ends before its node's turn is never interrupted.
+    short = Job('9', nodes=('d',), end=NOW.timestamp() - 1)
+    assert plan(policy(), [PlanNode('d', gpus=8, jobs=(short,))], SchedulerView(total_gpus=8, unavailable={}), NOW)['jobs'] == []

@@ -240,6 +240,9 @@ def test_report_json_validates_against_the_shipped_schema(drift_report):
     jsonschema.validate(json.loads(json.dumps(drift_report)), schema)
     rollout = _report.build(RUN, rollout_hosts())
     jsonschema.validate(json.loads(json.dumps(rollout)), schema)
+    interrupted = _report.build(ROLLOUT_RUN, rollout_hosts(), interrupted_ledger())     # jobs interrupted, a node held (schema 1.3)
+    assert interrupted['summary']['jobs'] and any(item['held_by'] for item in interrupted['nodes'])
+    jsonschema.validate(json.loads(json.dumps(interrupted)), schema)
     broken = copy.deepcopy(drift_report)
     broken['nodes'][0]['state'] = 'sideways'
     assert any('sideways' in problem for problem in _report_render.validate(broken))
@@ -438,7 +441,7 @@ def test_driver_source_per_node_and_counted():
     assert nodes['gpu-02']['driver_source_evidence'] == UNOWNED['driver_source_evidence']
     assert nodes['gpu-04']['driver_source_evidence'] is None
     assert report['summary']['driver_sources'] == {'container': 0, 'host_package': 1, 'runfile': 1, 'unowned': 1}
-    assert report['schema_version'] == '1.2'
+    assert tuple(int(part) for part in report['schema_version'].split('.')) >= (1, 2)
     jsonschema.validate(json.loads(json.dumps(report)), _report.schema())
 
 
@@ -478,12 +481,177 @@ def test_a_report_before_schema_1_2_merges_and_renders():
     # A shard written before the driver source was reported: its nodes have no driver_source, its summary no count.
     older = json.loads(json.dumps(_report.build(dict(RUN, id='a'), drift_hosts())))
     older['schema_version'] = '1.1'
-    del older['summary']['driver_sources']
+    for key in ('driver_sources', 'jobs', 'jobs_interrupted', 'interruptions', 'gpu_hours_lost'):
+        del older['summary'][key]
     for node in older['nodes']:
-        del node['driver_source'], node['driver_source_evidence']
+        del node['driver_source'], node['driver_source_evidence'], node['interrupted'], node['job_group'], node['held_by']
     newer = _report.build(dict(RUN, id='b', started=T0 + 20, finished=T0 + 30), {'gpu-05': source_hosts()['gpu-02']})
     merged = _report.merge([older, newer])
     assert merged['summary']['driver_sources'] == {'container': 0, 'host_package': 0, 'runfile': 0, 'unowned': 1}
+    assert (merged['summary']['jobs'], merged['summary']['interruptions'], merged['summary']['gpu_hours_lost']) == ([], 0, 0)
+    assert _report_render.validate(merged) == []
     assert '| gpu-01 | in_sync | ok | in_sync | - |' in _report_render.markdown(merged)
     assert 'gpu-05' in _report_render.html(merged)
     assert _report_render.markdown(older) and _report_render.html(older)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The jobs a rollout's drains interrupted (issue 28).
+
+NOON = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.timezone.utc)
+
+
+def at(minutes):
+    """ISO text ``minutes`` after 12:00 UTC, as node_drain_result writes its times."""
+    return (NOON + datetime.timedelta(minutes=minutes)).isoformat()
+
+
+def hit(job, kind, gpus, when, checkpoint=None, start=None, nodes=None):
+    """One record of ``interrupted`` (``_phase.interrupted``): what a node's drain did to one job."""
+    return {'job': job, 'kind': kind, 'gpus': gpus, 'checkpoint': checkpoint, 'start': start, 'at': when, 'nodes': nodes}
+
+
+def node(name, *hits, group=None):
+    return {'name': name, 'interrupted': list(hits), 'job_group': group}
+
+
+def test_a_job_group_evicted_on_two_nodes_is_one_interruption_its_gpus_summed():
+    group = ['gpu-04', 'gpu-05']
+    # Five minutes apart: the group alone makes them one interruption; each node's pods held its own GPUs (8 + 4).
+    jobs = _report.job_interruptions([
+        node('gpu-05', hit('JobSet ml/llm', 'evicted', 4, at(5), checkpoint=at(-30), nodes='gpu-05'), group=group),
+        node('gpu-04', hit('JobSet ml/llm', 'evicted', 8, at(0), checkpoint=at(-30), nodes='gpu-04'), group=group)])
+    assert jobs == [{'job': 'JobSet ml/llm', 'interruptions': 1, 'gpu_hours_lost': 6.0, 'lost_unknown': False,
+                     'nodes': ['gpu-04', 'gpu-05'], 'at': [at(0)]}]
+    # Without a group, drains within 60 s of each other are one interruption too (concurrent drains).
+    jobs = _report.job_interruptions([
+        node('gpu-04', hit('JobSet ml/llm', 'evicted', 8, at(0), checkpoint=at(-30))),
+        node('gpu-05', hit('JobSet ml/llm', 'evicted', 4, at(0.5), checkpoint=at(-30)))])
+    assert (jobs[0]['interruptions'], jobs[0]['gpu_hours_lost']) == (1, 6.0)
+
+
+def test_two_drains_ten_minutes_apart_are_two_interruptions():
+    # Slurm requeued job 77 twice: its gpus are the whole job's each time (not summed over the nodes).
+    jobs = _report.job_interruptions([
+        node('gpu-03', hit('77', 'requeued', 16, at(10), start=at(-60), nodes='gpu-[01,03]')),
+        node('gpu-01', hit('77', 'requeued', 16, at(0), start=at(-60), nodes='gpu-[01,03]'))])
+    # No checkpoint declared: lost since the start, 60 min then 70 min, 16 GPUs each time.
+    assert jobs == [{'job': '77', 'interruptions': 2, 'gpu_hours_lost': round(16 + 16 * 70 / 60.0, 2), 'lost_unknown': False,
+                     'nodes': ['gpu-01', 'gpu-03'], 'at': [at(0), at(10)]}]
+    assert jobs[0]['gpu_hours_lost'] == 34.67
+    # One requeue seen by two nodes' drains at once: one interruption of the whole job's 16 GPUs, never 32.
+    jobs = _report.job_interruptions([
+        node('gpu-01', hit('77', 'requeued', 16, at(0), start=at(-60))), node('gpu-03', hit('77', 'requeued', 16, at(0.5), start=at(-60)))])
+    assert (jobs[0]['interruptions'], jobs[0]['gpu_hours_lost'], jobs[0]['at']) == (1, 16.0, [at(0)])
+
+
+def test_a_requeue_after_the_checkpoint_loses_the_work_since_it():
+    (job,) = _report.job_interruptions([node('gpu-02', hit('78', 'requeued', 16, at(15), checkpoint=at(-15), start=at(-180)))])
+    assert (job['interruptions'], job['gpu_hours_lost'], job['lost_unknown']) == (1, 8.0, False)   # 30 min x 16 GPUs
+
+
+def test_a_checkpoint_still_ahead_falls_back_to_the_start():
+    (job,) = _report.job_interruptions([node('gpu-02', hit('79', 'requeued', 4, at(15), checkpoint=at(60), start=at(-105)))])
+    assert (job['gpu_hours_lost'], job['lost_unknown']) == (8.0, False)     # 2 h since the start x 4 GPUs
+    (job,) = _report.job_interruptions([node('gpu-02', hit('79', 'requeued', 4, at(15), checkpoint=at(60)))])
+    assert (job['gpu_hours_lost'], job['lost_unknown']) == (0.0, True)
+
+
+def test_no_start_and_no_checkpoint_is_a_loss_not_known():
+    jobs = _report.job_interruptions([node('gpu-07', hit('80', 'requeued', 8, at(20))),
+                                      node('gpu-02', hit('78', 'requeued', 16, at(15), checkpoint=at(-15)))])
+    assert [(job['job'], job['interruptions'], job['gpu_hours_lost'], job['lost_unknown']) for job in jobs] == [
+        ('78', 1, 8.0, False), ('80', 1, 0.0, True)]
+    assert _report.job_interruptions([node('gpu-01'), {'name': 'gpu-09'}]) == []
+
+
+def interrupted_ledger():
+    """A finished rollout's ledger state (what ``read_ledger`` returns) whose drains interrupted five jobs."""
+    def record(state, **details):
+        return dict({'state': state, 'reason': '', 'since': at(30), 'admitted_at': at(-1), 'finished_at': at(30)}, **details)
+    group = {'group': ['gpu-04', 'gpu-05'], 'jobs': ['JobSet ml/llm']}
+    nodes = {
+        'gpu-01': record('done', interrupted=[hit('77', 'requeued', 16, at(0), start=at(-60), nodes='gpu-[01,03]')]),
+        'gpu-02': record('done', interrupted=[hit('78', 'requeued', 16, at(15), checkpoint=at(-15), start=at(-180), nodes='gpu-02'),
+                                              hit('79', 'requeued', 4, at(15), checkpoint=at(60), start=at(-105), nodes='gpu-02')]),
+        'gpu-03': record('done', interrupted=[hit('77', 'requeued', 16, at(10), start=at(-60), nodes='gpu-[01,03]')]),
+        'gpu-04': record('done', interrupted=[hit('JobSet ml/llm', 'evicted', 8, at(0), checkpoint=at(-30), nodes='gpu-04')], **group),
+        'gpu-05': record('done', interrupted=[hit('JobSet ml/llm', 'evicted', 4, at(5), checkpoint=at(-30), nodes='gpu-05')], **group),
+        'gpu-06': record('left_alone', reason='Slurm DRAIN (reason: admin: bad DIMM) holds it', held_by='Slurm DRAIN (reason: admin: bad DIMM)'),
+        'gpu-07': record('done', interrupted=[hit('80', 'requeued', 8, at(20), nodes='gpu-07')]),
+        'gpu-08': record('done'),
+    }
+    return {'path': '/srv/gpufleet/runs/r28/ledger.jsonl', 'state': {'run_id': 'r28', 'status': 'finished', 'pin': PIN, 'nodes': nodes},
+            'events': []}
+
+
+ROLLOUT_RUN = dict(RUN, id='r28', playbooks=['rolling_restart.yml'], check_mode=False)
+JOBS = [('77', 2, 34.67, False), ('78', 1, 8.0, False), ('79', 1, 8.0, False), ('80', 1, 0.0, True), ('JobSet ml/llm', 1, 6.0, False)]
+
+
+def test_report_counts_the_interruptions_per_job_from_the_ledger():
+    report = _report.build(ROLLOUT_RUN, {}, interrupted_ledger())
+    nodes = dict((item['name'], item) for item in report['nodes'])
+    assert nodes['gpu-04']['interrupted'] == [hit('JobSet ml/llm', 'evicted', 8, at(0), checkpoint=at(-30), nodes='gpu-04')]
+    assert (nodes['gpu-04']['job_group'], nodes['gpu-01']['job_group']) == (['gpu-04', 'gpu-05'], None)
+    assert (nodes['gpu-06']['held_by'], nodes['gpu-06']['interrupted'], nodes['gpu-08']['held_by']) == (
+        'Slurm DRAIN (reason: admin: bad DIMM)', [], None)
+    summary = report['summary']
+    assert [(job['job'], job['interruptions'], job['gpu_hours_lost'], job['lost_unknown']) for job in summary['jobs']] == JOBS
+    assert (summary['jobs_interrupted'], summary['interruptions'], summary['gpu_hours_lost']) == (5, 6, 56.67)
+    assert report['schema_version'] == '1.3'
+
+
+def test_interrupted_records_are_normalised():
+    ledger = interrupted_ledger()
+    ledger['state']['nodes']['gpu-08']['interrupted'] = [
+        {'job': 81, 'kind': 'sideways', 'gpus': -2, 'at': at(25), 'extra': 'dropped'}, {'job': ''}, 'not a record']
+    ledger['state']['nodes']['gpu-07']['interrupted'] = 'not a list'
+    nodes = dict((item['name'], item) for item in _report.build(ROLLOUT_RUN, {}, ledger)['nodes'])
+    assert nodes['gpu-08']['interrupted'] == [hit('81', None, None, at(25))]
+    assert nodes['gpu-07']['interrupted'] == []
+
+
+def test_the_ledger_carries_what_the_report_reads(tmp_path):
+    # The rollout writes them as event details: the group at admission, held_by when left alone, interrupted on the final event.
+    ledger = _ledger.RunLedger.create(_ledger.FileBackend(str(tmp_path)), 'run28', inventory='inv', policy={}, pin=PIN,
+                                      nodes=dict((name, {'gpus': 8}) for name in ('gpu-04', 'gpu-05', 'gpu-06')))
+    records = interrupted_ledger()['state']['nodes']
+    for name in ('gpu-04', 'gpu-05'):
+        ledger.transition(name, 'admitted', 'admitted with its job\'s group', details={'group': ['gpu-04', 'gpu-05'], 'jobs': ['JobSet ml/llm']})
+        for state in ('cordoned', 'drained', 'converging', 'rebooting', 'validating'):
+            ledger.transition(name, state, '')
+        ledger.transition(name, 'done', '', details={'interrupted': records[name]['interrupted'], 'gpu_count': 8})
+    ledger.transition('gpu-06', 'left_alone', 'held', details={'held_by': records['gpu-06']['held_by'], 'by': 'gate'})
+    report = _report.build(ROLLOUT_RUN, {}, _report.read_ledger(str(tmp_path / 'run28')))
+    nodes = dict((item['name'], item) for item in report['nodes'])
+    assert nodes['gpu-05']['job_group'] == ['gpu-04', 'gpu-05'] and nodes['gpu-06']['held_by'] == records['gpu-06']['held_by']
+    assert report['summary']['jobs'] == [{'job': 'JobSet ml/llm', 'interruptions': 1, 'gpu_hours_lost': 6.0, 'lost_unknown': False,
+                                          'nodes': ['gpu-04', 'gpu-05'], 'at': [at(0)]}]
+    assert _report_render.validate(report) == []
+
+
+def test_merge_of_shards_recounts_the_interruptions():
+    full = _report.build(ROLLOUT_RUN, {}, interrupted_ledger())
+    shards = []
+    for index, names in enumerate((('gpu-01', 'gpu-02', 'gpu-04'), ('gpu-03', 'gpu-05', 'gpu-06', 'gpu-07', 'gpu-08'))):
+        nodes = [copy.deepcopy(item) for item in full['nodes'] if item['name'] in names]
+        run = dict(full['run'], id='shard%d' % index, finished=_report.iso(T0 + 12 + index))
+        shards.append(dict(copy.deepcopy(full), run=run, nodes=nodes, summary=_report.summarize(nodes, 'rollout')))
+    # Each shard alone sees one of 77's drains and half of the group's eviction.
+    assert [(job['job'], job['interruptions'], job['gpu_hours_lost']) for job in shards[0]['summary']['jobs']] == [
+        ('77', 1, 16.0), ('78', 1, 8.0), ('79', 1, 8.0), ('JobSet ml/llm', 1, 4.0)]
+    merged = _report.merge([json.loads(json.dumps(shard)) for shard in shards])
+    assert merged['summary'] == full['summary']
+    assert (merged['summary']['jobs_interrupted'], merged['summary']['interruptions'], merged['summary']['gpu_hours_lost']) == (5, 6, 56.67)
+    assert _report_render.validate(merged) == []
+
+
+def test_report_with_interruptions_validates_against_the_schema():
+    report = json.loads(json.dumps(_report.build(ROLLOUT_RUN, {}, interrupted_ledger())))
+    jsonschema.validate(report, _report.schema())
+    broken = copy.deepcopy(report)
+    broken['nodes'][0]['interrupted'][0]['kind'] = 'cancelled'
+    broken['summary']['jobs'][0]['gpu_hours_lost'] = -1
+    problems = _report_render.validate(broken)
+    assert any('cancelled' in problem for problem in problems) and any('-1' in problem for problem in problems)
