@@ -239,12 +239,14 @@ def job_peers(scheduler, node):
 
 def job_group(rollout, scheduler, node):
     """(the pending nodes of the rollout that must go with ``node``: those its running multi-node jobs link it to, ``node``
-    first; those jobs by id). A job's nodes outside the rollout, in flight or final are not taken again. ``rollout`` must
+    first; those jobs by id). A job's nodes outside the rollout, in flight, final or held by another actor (left alone) are not
+    taken. ``rollout`` must
     hold the peers (:func:`job_peers`; the step builds its compact view with them)."""
     if not scheduler.job_aware:
         return (node,), {}
     peers, jobs = job_peers(scheduler, node)
-    group = [name for name in sorted(peers) if name != node and name in rollout.nodes and rollout.nodes[name].state == PENDING]
+    group = [name for name in sorted(peers) if name != node and name in rollout.nodes and rollout.nodes[name].state == PENDING
+             and name not in scheduler.held]
     return (node,) + tuple(group), jobs
 
 

@@ -36,7 +36,7 @@ sys.path.insert(0, SIM)
 import kube_fleet  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import slurm_sim  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
-from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger, _rollout  # noqa: E402
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger, _report, _rollout  # noqa: E402
 
 FLEET_STATE = os.path.join(ROOT, 'build', 'sim-faults')
 ROLLING_RESTART = os.path.join(ROOT, 'playbooks', 'rolling_restart.yml')
@@ -660,6 +660,10 @@ def test_a_multi_node_workload_goes_together_at_its_checkpoint_and_is_evicted_on
         assert [(entry['job'], entry['kind'], entry['gpus']) for entry in state['nodes'][node]['interrupted']] == [
             ('JobSet ml/llm', 'evicted', 8)], state['nodes'][node]
     assert state['nodes']['gpu-07'].get('interrupted') == []
+    # The fleet report's rule: one interruption of the JobSet (its group drained together), its 16 GPUs.
+    run_id = [name for name in os.listdir(run_dir) if name != 'locks'][0]
+    jobs = _report.build({'id': run_id}, {}, _report.read_ledger(os.path.join(run_dir, run_id)))['summary']['jobs']
+    assert [(job['job'], job['interruptions'], job['nodes']) for job in jobs] == [('JobSet ml/llm', 1, ['gpu-05', 'gpu-06'])], jobs
     listing = json.loads(kubectl(kubeconfig, 'get', 'pods', '-n', 'ml', '-o', 'json').stdout)
     assert not [pod for pod in listing['items'] if 'ml/' + pod['metadata']['name'] in pods]      # both evicted by the drains
 

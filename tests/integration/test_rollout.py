@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(SIM, 'kube'))
 import fake_apiserver  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import slurm_sim  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
-from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger, _rollout  # noqa: E402
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger, _report, _rollout  # noqa: E402
 
 FLEET_STATE = os.path.join(ROOT, 'build', 'sim-rollout')
 ROLLING_RESTART = os.path.join(ROOT, 'playbooks', 'rolling_restart.yml')
@@ -658,6 +658,9 @@ def test_a_multi_node_job_goes_together_at_its_checkpoint_and_is_interrupted_onc
     interrupted = [entry for node in ('gpu-01', 'gpu-02') for entry in state['nodes'][node].get('interrupted') or []]
     assert [(entry['job'], entry['kind']) for entry in interrupted] == [(job, 'requeued')], interrupted
     assert datetime.datetime.fromisoformat(interrupted[0]['at']) >= checkpoint
+    # The fleet report: one interruption, nothing lost after a checkpoint that just passed (the sim's jobs hold no GPUs).
+    jobs = _report.build({'id': state['run_id']}, {}, _report.read_ledger(os.path.join(run_dir, state['run_id'])))['summary']['jobs']
+    assert [(entry['job'], entry['interruptions'], entry['lost_unknown']) for entry in jobs] == [(job, 1, False)], jobs
 
 
 def test_the_circuit_breaker_counts_earlier_runs_until_an_operator_resets_it(fleet, tmp_path):

@@ -531,6 +531,9 @@ def test_a_multi_node_job_takes_its_pending_nodes_together():
     decision = decide(pol=policy(gpufleet_window=3), roll=rollout(n4={'state': 'done', 'finished': T - 60}), scheduler=view)
     assert (decision.action, decision.group) == ('admit', ())
     assert decide(pol=policy(gpufleet_window=3), scheduler=view, node='n5').group == ()
+    # A node of the job another actor holds is left alone, never taken with the group.
+    held = dataclasses.replace(view, unavailable={'n4': 8}, held={'n4': 'Slurm DRAIN (reason: admin)'})
+    assert decide(pol=policy(gpufleet_window=3), scheduler=held).group == ()
     # Off: the node goes alone.
     assert decide(pol=policy(gpufleet_window=3), scheduler=dataclasses.replace(view, job_aware=False)).group == ()
 
