@@ -37,7 +37,8 @@ SQUEUE_REQUEUE_FORMAT = '%i|%N|%b|%S|%k'
 CHECKPOINT_KEY = 'gpufleet.io/checkpoint'
 REQUEUE_MODES = ('never', 'checkpointed')
 _CHECKPOINT_RE = re.compile(re.escape(CHECKPOINT_KEY) + r'=(\S+)')
-_JOB_ID_RE = re.compile(r'^[0-9]+(?:_[0-9]+)?\Z')
+# A job id as squeue prints it: 1234, an array task 1234_7, a heterogeneous job's component 1234+0.
+_JOB_ID_RE = re.compile(r'^[0-9]+(?:[_+][0-9]+)?\Z')
 _GRES_GPU_RE = re.compile(r'(?:^|[,/:])gpu(?::[^:,()]+)?:([0-9]+)')
 
 _KEY_RE = re.compile(r'(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=')
@@ -408,17 +409,26 @@ def gres_gpus(gres):
 
 def parse_requeue_jobs(text):
     """Jobs from ``squeue -h -w NAME -t RUNNING -o '%i|%N|%b|%S|%k'``: [{id, nodes (the host list as printed), gpus_per_node,
-    start, checkpoint}] (epoch seconds or None)."""
+    start, checkpoint}] (epoch seconds or None). A heterogeneous job's component (``1234+0``) is its job ``1234`` (requeued
+    whole, once). A checkpoint declared before the job (re)started is an old one (Slurm keeps the comment across a requeue):
+    the job declares nothing until it declares a new one."""
     text = _decode(text, 'squeue output')
     jobs = []
+    seen = set()
     for line in text.splitlines():
         if not line.strip():
             continue
         parts = line.strip().split('|', 4)
         if len(parts) != 5 or not _JOB_ID_RE.match(parts[0]):
             raise SlurmParseError("not a line of squeue -o '%s': %r" % (SQUEUE_REQUEUE_FORMAT, line[:200]))
-        jobs.append({'id': parts[0], 'nodes': parts[1], 'gpus_per_node': gres_gpus(parts[2]), 'start': timestamp(parts[3]),
-                     'checkpoint': declared_checkpoint(parts[4])})
+        job_id = parts[0].split('+', 1)[0]
+        if job_id in seen:
+            continue
+        seen.add(job_id)
+        start, checkpoint = timestamp(parts[3]), declared_checkpoint(parts[4])
+        if checkpoint is not None and start is not None and checkpoint < start:
+            checkpoint = None
+        jobs.append({'id': job_id, 'nodes': parts[1], 'gpus_per_node': gres_gpus(parts[2]), 'start': start, 'checkpoint': checkpoint})
     return jobs
 
 

@@ -359,7 +359,9 @@ class SlurmNode:
         try:
             jobs = _slurm.parse_requeue_jobs(stdout)
         except _slurm.SlurmParseError as exc:
-            self.fail('cannot read squeue -w %s: %s' % (self.name, exc), 'unreadable', stdout=stdout)
+            # Nothing is requeued then: the drain waits for the jobs as without a requeue (the node is already draining).
+            self.result['requeue_refused'].append({'id': '', 'message': _command.escape_controls('cannot read squeue -w %s: %s' % (self.name, exc))})
+            return
         now = time.time()
         for job in _slurm.requeue_choice(jobs, now, mode):
             try:

@@ -590,7 +590,8 @@ def first_in_line(policy, rollout, scheduler, node, order, candidates, now, cana
     Nodes not among the candidates (not at the gate, not expected there) never hold anyone back.  Asked once ``node`` is
     admitted: the run-level rules (pause, maintenance window, canary, window, budget window) then let every pending node
     go alike, so an earlier candidate would go when its own limits and its jobs (:func:`job_limits`) let it; during the canary
-    phase (``canary``) a node with a job's group would not (a group never goes as a canary).
+    phase (``canary``) a node with a job's group would not (a group never goes as a canary), nor would one whose group's other
+    nodes are not among the candidates (a group goes only when all of it waits at the gate).
     """
     out = None
     flying = None
@@ -602,7 +603,7 @@ def first_in_line(policy, rollout, scheduler, node, order, candidates, now, cana
         out = out_of_service(rollout, scheduler) if out is None else out
         flying = in_flight(rollout) if flying is None else flying
         limited, members, _jobs = job_limits(policy, rollout, scheduler, name, now, out, flying)
-        if limited is None and not (canary and len(members) > 1):
+        if limited is None and not (canary and len(members) > 1) and set(members[1:]) <= set(candidates) | {node}:
             return name
     return None
 

@@ -164,9 +164,16 @@ def order(nodes, unavailable=(), durations=None):
             timed.append((node, kind, ready))
         else:
             unknown.append((node, kind, ready))
-    timed.sort(key=lambda item: (item[2], item[0].name))
+    timed.sort(key=lambda item: (item[2], _group_key(item[0]), item[0].name))
+    unknown.sort(key=lambda item: (_group_key(item[0]), item[0].name))
     idle.sort(key=lambda node: (node.name not in durations, -durations.get(node.name, 0.0), node.name))
     return [(node, 0, None) for node in interleave(idle)] + timed + unknown + left
+
+
+def _group_key(node):
+    """The nodes of one multi-node job next to each other in the order (host_pinned starts them together, so the group's
+    nodes reach the gate together): its smallest multi-node job id, '' for none."""
+    return min([job.id for job in node.jobs if len(job.nodes) > 1] or [''])
 
 
 def _iso(stamp):

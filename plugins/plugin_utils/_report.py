@@ -380,14 +380,16 @@ def _interruption_gpus(records):
 
 def _lost_since(records, at):
     """Epoch seconds since which an interruption's work is lost: the job's declared checkpoint when it is at or before
-    ``at`` (the latest such), else the job's start (the last checkpoint is unknown), else None."""
+    ``at`` (the latest such, never before the job's latest (re)start: an old comment kept across a requeue), else the job's
+    start (the last checkpoint is unknown), else None."""
     if at is None:
         return None
+    starts = [stamp for stamp in (_epoch(entry['start']) for _name, entry in records) if stamp is not None]
+    start = max(starts) if starts else None       # the job's latest (re)start: nothing before it is lost again
     checkpoints = [stamp for stamp in (_epoch(entry['checkpoint']) for _name, entry in records) if stamp is not None and stamp <= at]
     if checkpoints:
-        return max(checkpoints)
-    starts = [stamp for stamp in (_epoch(entry['start']) for _name, entry in records) if stamp is not None]
-    return min(starts) if starts else None
+        return max(checkpoints + ([start] if start is not None and start <= at else []))
+    return start
 
 
 def job_interruptions(nodes):

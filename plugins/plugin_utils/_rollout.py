@@ -55,8 +55,9 @@ _HOSTLIST = re.compile(r'^([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)$')
 GPU_RESOURCE = 'nvidia.com/gpu'
 # Taints that mirror what the node's own fields say (cordon, conditions): counted once, by those fields.
 _MIRROR_TAINTS = frozenset(('node.kubernetes.io/unschedulable', 'node.kubernetes.io/not-ready', 'node.kubernetes.io/unreachable'))
-# NoSchedule taints that dedicate a node to GPU work (the GPU workloads tolerate them): the node is in service.
-DEDICATION_TAINTS = frozenset((GPU_RESOURCE,))
+# NoSchedule taints that dedicate a node to GPU work (the GPU workloads tolerate them): the node is in service. A key (any
+# value) or a (key, value) pair: nvidia.com/gpu (the GPU Operator's and GKE's), sku=gpu (AKS GPU node pools).
+DEDICATION_TAINTS = frozenset((GPU_RESOURCE, ('sku', 'gpu')))
 # Labels by which another system holds a node: key -> (the actor, the values that do NOT hold it). Sources: NVSentinel's
 # fault-quarantine (``k8saas.nvidia.com/cordon-by=NVSentinel``, the default label prefix) and state manager
 # (``dgxc.nvidia.com/nvsentinel-state``: quarantined, draining, drain-*, remediating, remediation-failed), the GPU Operator's
@@ -103,19 +104,24 @@ class Fleet:
     holds them), ``holders`` (node -> who holds it and how, one line, for every unavailable node), ``own`` (the unavailable
     nodes only gpufleet holds: its own cordon, drain, reboot or quarantine) and the jobs."""
 
-    def __init__(self, gpus, unavailable, jobs=None, holders=None, own=()):
+    def __init__(self, gpus, unavailable, jobs=None, holders=None, own=(), held=None):
         self.gpus = dict(gpus)
         self.unavailable = set(unavailable)
         self.jobs = jobs or {}
         self.holders = dict(holders or {})
         self.own = set(own) & self.unavailable
+        # The nodes another actor holds on purpose (an admin's drain or cordon, a NoExecute taint, another system's hold);
+        # None: every unavailable node not only gpufleet's.
+        self.held_names = (self.unavailable - self.own) if held is None else set(held) & self.unavailable
 
     def total(self):
         return sum(self.gpus.values()) if self.gpus else None
 
     def held(self):
-        """The unavailable nodes another actor holds (not only gpufleet) -> who and how."""
-        return {name: self.holders.get(name) or 'unavailable' for name in self.unavailable if name not in self.own}
+        """The nodes another actor holds on purpose -> who and how (a pending one is left alone at the gate). Nodes out for a
+        moment (Slurm NOT_RESPONDING, Kubernetes NotReady) or only kept from new work (a reservation, a NoSchedule taint)
+        count against the floor but are not held: the procedure meets them as before."""
+        return {name: self.holders.get(name) or 'unavailable' for name in self.held_names}
 
     def view(self, domains=None, job_aware=True):
         """The gate's :class:`~._gate.SchedulerView` (``domains``: inventory_hostname -> domain, for nodes outside the rollout;
@@ -163,10 +169,12 @@ def slurm_view(text):
     """:class:`Fleet` from ``scontrol show node -o`` (every node; the multi-line form without ``-o`` is read too).
 
     Out of service: DOWN, FUTURE, UNKNOWN, or a flag such as DRAIN, FAIL, NOT_RESPONDING, MAINTENANCE, REBOOT_*, POWER*; a node
-    whose reason gpufleet set (``gpufleet: ...``) is gpufleet's own."""
+    whose reason gpufleet set (``gpufleet: ...``) is gpufleet's own; held by another actor: drained, down or failed with a
+    reason gpufleet did not set (``_slurm.held_by_others``, FAIL)."""
     gpus = {}
     holders = {}
     own = set()
+    held = set()
     for record in node_records(text):
         node = _slurm.parse_show_node(record)
         gpus[node['name']] = gres_gpus(node.get('Gres'))
@@ -175,9 +183,11 @@ def slurm_view(text):
             holders[node['name']] = holder
             if _slurm.is_gpufleet_reason(node.get('reason')):
                 own.add(node['name'])
+            elif _slurm.held_by_others(node) or 'FAIL' in node['flags']:
+                held.add(node['name'])
     if not gpus:
         raise RolloutError('scontrol show node -o listed no node')
-    return Fleet(gpus, set(holders), holders=holders, own=own)
+    return Fleet(gpus, set(holders), holders=holders, own=own, held=held)
 
 
 def expand_hostlist(text):
@@ -236,8 +246,11 @@ def slurm_jobs(text):
             raise RolloutError('unreadable squeue line %r (expected id|nodes|end|start|comment)' % line[:200])
         job_id, nodelist, end, start, comment = fields
         names = expand_hostlist(nodelist)
-        job = _planner.Job(id=job_id.strip(), checkpoint=checkpoint_of(comment), end=_timestamp(end), nodes=tuple(names),
-                           start=_timestamp(start))
+        started, checkpoint = _timestamp(start), checkpoint_of(comment)
+        if checkpoint is not None and started is not None and checkpoint < started:
+            checkpoint = None       # declared before a requeue restarted it (Slurm keeps the comment): an old one
+        job = _planner.Job(id=job_id.strip().split('+', 1)[0], checkpoint=checkpoint, end=_timestamp(end), nodes=tuple(names),
+                           start=started)
         for name in names:
             jobs[name].append(job)
     return dict(jobs)
@@ -253,17 +266,21 @@ def kube_jobs(pods_document):
         checkpoints = [stamp for stamp in (_timestamp(annotations.get(_planner.CHECKPOINT_KEY)) for annotations in entry['annotations'])
                        if stamp is not None]
         starts = [stamp for stamp in (_timestamp(value) for value in entry['started']) if stamp is not None]
-        job = _planner.Job(id=workload, checkpoint=max(checkpoints) if checkpoints else None, nodes=tuple(entry['nodes']),
-                           start=min(starts) if starts else None)
+        checkpoint = max(checkpoints) if checkpoints else None
+        if checkpoint is not None and starts and checkpoint < max(starts):
+            checkpoint = None       # declared before a pod of it (re)started: an old one
+        job = _planner.Job(id=workload, checkpoint=checkpoint, nodes=tuple(entry['nodes']), start=min(starts) if starts else None)
         for name in entry['nodes']:
             jobs[name].append(job)
     return dict(jobs)
 
 
 def kube_holders(item):
-    """Who holds a Kubernetes Node out of service and how: [(actor text, gpufleet's own?)], empty when it is in service.
+    """Who holds a Kubernetes Node out of service and how: [(actor text, gpufleet's own?, held on purpose by another actor?)],
+    empty when it is in service. Held on purpose: another's cordon, a NoExecute taint, another system's hold label; NotReady and
+    a NoSchedule taint count against the floor only.
 
-    NotReady (or no Ready condition that is True), cordoned (``spec.unschedulable``), a ``NoSchedule``/``NoExecute`` taint
+    NotReady (a Ready condition that is not True), cordoned (``spec.unschedulable``), a ``NoSchedule``/``NoExecute`` taint
     (except the taints that mirror these two, the GPU dedication taints of :data:`DEDICATION_TAINTS` and gpufleet's soft
     ``PreferNoSchedule`` mark) and another system's hold (:data:`HOLDER_LABELS`).  gpufleet's own: its cordon (its state label
     says so), the taints it added and its quarantine taint."""
@@ -276,9 +293,9 @@ def kube_holders(item):
     ready = [condition.get('status') for condition in status.get('conditions') or [] if isinstance(condition, dict)
              and condition.get('type') == 'Ready']
     if ready and ready[0] != 'True':
-        found.append(('Kubernetes NotReady (Ready=%s)' % ready[0], False))
+        found.append(('Kubernetes NotReady (Ready=%s)' % ready[0], False, False))
     if spec.get('unschedulable'):
-        found.append(('Kubernetes cordon (gpufleet)' if ours else 'Kubernetes cordon by someone else', ours))
+        found.append(('Kubernetes cordon (gpufleet)' if ours else 'Kubernetes cordon by someone else', ours, not ours))
     added = set()
     if ours:
         try:
@@ -289,14 +306,14 @@ def kube_holders(item):
         if not isinstance(taint, dict) or taint.get('effect') not in ('NoSchedule', 'NoExecute'):
             continue
         key = taint.get('key') or ''
-        if key in _MIRROR_TAINTS or key in DEDICATION_TAINTS:
+        if key in _MIRROR_TAINTS or key in DEDICATION_TAINTS or (key, taint.get('value')) in DEDICATION_TAINTS:
             continue
         mine = key == _kube.QUARANTINE_TAINT_KEY or (key, taint.get('effect')) in added
         text = '%s%s:%s' % (key, ('=%s' % taint['value']) if taint.get('value') else '', taint.get('effect'))
-        found.append(('taint %s%s' % (text, ' (gpufleet)' if mine else ''), mine))
+        found.append(('taint %s%s' % (text, ' (gpufleet)' if mine else ''), mine, not mine and taint.get('effect') == 'NoExecute'))
     for key, (actor, free) in HOLDER_LABELS.items():
         if key in labels and str(labels[key]) not in free:
-            found.append(('%s (label %s=%s)' % (actor, key, labels[key]), False))
+            found.append(('%s (label %s=%s)' % (actor, key, labels[key]), False, True))
     return found
 
 
@@ -306,6 +323,7 @@ def kube_view(nodes_document):
     gpus = {}
     holders = {}
     own = set()
+    held = set()
     for item in (nodes_document or {}).get('items') or []:
         metadata = item.get('metadata') or {}
         name = metadata.get('name')
@@ -319,12 +337,14 @@ def kube_view(nodes_document):
             raise RolloutError('node %s: %s is %r, not a count' % (name, GPU_RESOURCE, count)) from None
         found = kube_holders(item)
         if found:
-            holders[name] = '; '.join(text for text, _mine in found)
-            if all(mine for _text, mine in found):
+            holders[name] = '; '.join(text for text, _mine, _held in found)
+            if all(mine for _text, mine, _held in found):
                 own.add(name)
+            if any(held_ for _text, _mine, held_ in found):
+                held.add(name)
     if not gpus:
         raise RolloutError('the Kubernetes API listed no node')
-    return Fleet(gpus, set(holders), holders=holders, own=own)
+    return Fleet(gpus, set(holders), holders=holders, own=own, held=held)
 
 
 def static_view(gpus_by_node):

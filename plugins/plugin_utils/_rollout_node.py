@@ -109,10 +109,12 @@ def _live(context, ledger):
                                    _ledger.process_alive))
 
 
-def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
+def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None, present=None):
     """One look at the gate under the run lock: the decision for ``node`` (in the plan's order when it is an admission),
     recorded. (decision, the state a crash caught the node in, the head when this look paused the run). ``docs``: where the
-    gate's waiting and arrival lists are read and written (a pass's :class:`PassDocs`; else the ledger's backend)."""
+    gate's waiting and arrival lists are read and written (a pass's :class:`PassDocs`; else the ledger's backend);
+    ``present``: the nodes whose workers wait at this controller's gate now (a job's group is admitted only when all of its
+    nodes this controller runs are among them: a node admitted without a worker would hold its slot for nothing)."""
     args, clock = context.args, context.clock
     backend = docs or ledger.backend
     ttl = _gate.waiting_ttl(poll)
@@ -122,6 +124,7 @@ def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
     pause_set = None
     me = args['member'] or None
     mine = context.task_vars.get('ansible_play_hosts_all')
+    own = set(mine) if isinstance(mine, list) and mine else None
     peers = _gate.job_peers(scheduler, node)[0] if scheduler.job_aware else set()
     with ledger.locked(full=False) as state:
         # The gate's compact view: the nodes in flight, failed or early, this node, the unavailable ones and its job's peers.
@@ -143,7 +146,6 @@ def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
             in_flight = sum(state['counts'].get(name, 0) for name in _ledger.IN_FLIGHT)
             # The queue holds a node back only for this controller's own hosts: another controller's node (waiting at its own
             # gate, or never to arrive here) is that controller's to admit, in the same plan's order.
-            own = set(mine) if isinstance(mine, list) and mine else None
             order = [name for name in args['order'] if name in own] if own else args['order']
             candidates = _gate.queue_candidates(node, order, waiting & own if own else waiting, arrived, in_flight, forks,
                                                 clock.time() - started, poll)
@@ -152,6 +154,13 @@ def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
                     peers |= _gate.job_peers(scheduler, name)[0]
                 rollout = _rollout.rollout_view(ledger.gate_view(node, extra=scheduler_out | candidates | peers), context.breaker(state))
             decision = _gate.in_line(policy, rollout, scheduler, node, args['order'], candidates, now, decision)
+        if decision.action == _gate.ADMIT and decision.group:
+            absent = [other for other in decision.group[1:] if (not own or other in own) and other not in (present or ())]
+            if absent:
+                # Its workers are not at the gate (host_pinned has not started them, forks are short, or they gave up): the
+                # group waits for them; a group that never gathers waits for its job to end.
+                decision = _gate.Decision(_gate.WAIT, 'job_group', 'job %s: its group goes when each of its nodes waits at the gate; '
+                                          'not yet: %s' % (', '.join(decision.jobs), ', '.join(absent)))
         if decision.action == _gate.ADMIT:
             pause = state.get('pause') or {}
             if decision.rule != 'resume' and state['status'] == 'paused' and pause.get('by') == 'gate' and pause.get('rule') != 'scheduler':
@@ -167,9 +176,9 @@ def _decide(context, ledger, policy, scheduler, node, started, poll, docs=None):
             ledger.transition(node, 'admitted', decision.reason, details=details or None, resume=decision.rule == 'resume')
             _waiting(backend, ledger.run_id, node, False, ttl, clock.time())
             for other in decision.group[1:]:
-                # A job's group goes together: its other nodes are admitted now, under the same lock (their workers take the
-                # admission when they reach the gate). Only this controller's hosts: another controller admits its own.
-                if isinstance(mine, list) and mine and other not in mine:
+                # A job's group goes together: its other nodes are admitted now, under the same lock (their workers, waiting at
+                # the gate, take the admission at their next look). Only this controller's hosts: another controller admits its own.
+                if own and other not in own:
                     continue
                 ledger.transition(other, 'admitted', 'admitted with %s, its job\'s group (job %s)' % (node, ', '.join(decision.jobs)),
                                   details=dict({'member': me, 'resumed_from': ''} if me else {}, group=list(decision.group),
@@ -260,7 +269,8 @@ def look(context, ledger, policy, domains, waiting, poll):
                 _waiting(docs, ledger.run_id, node, same.action == _gate.WAIT, ttl, context.clock.time())
                 verdicts[node] = {'decision': same.to_dict(), 'caught': '', 'arrived': waiting[node]}
                 continue
-            decision, caught, pause_set = _decide(context, ledger, policy, scheduler, node, waiting[node], poll, docs=docs)
+            decision, caught, pause_set = _decide(context, ledger, policy, scheduler, node, waiting[node], poll, docs=docs,
+                                                  present=set(waiting))
             verdicts[node] = {'decision': decision.to_dict(), 'caught': caught, 'arrived': waiting[node]}
             if pause_set is not None:
                 paused = (decision, pause_set)

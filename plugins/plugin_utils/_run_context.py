@@ -74,7 +74,9 @@ def command_environment(extra):
 def run_command(argv, environment):
     """A scheduler command's standard output; :class:`GateError` when it cannot run or fails."""
     try:
-        process = subprocess.run(argv, env=environment, capture_output=True, text=True, check=False, timeout=COMMAND_TIMEOUT)
+        # Job comments and reasons are anyone's text: bytes that are not UTF-8 read as U+FFFD, never a crash of the gate.
+        process = subprocess.run(argv, env=environment, capture_output=True, text=True, encoding='utf-8', errors='replace', check=False,
+                                 timeout=COMMAND_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise GateError('%s: %s' % (' '.join(argv), exc)) from None
     if process.returncode != 0:
@@ -102,10 +104,11 @@ def read_answer(context, jobs=False):
         try:
             api = kube_config.new_client_from_config(config_file=args['kubeconfig'] or None)
             core = kube_client.CoreV1Api(api)
-            answer = {'nodes': api.sanitize_for_serialization(core.list_node())}
+            answer = {'nodes': api.sanitize_for_serialization(core.list_node(_request_timeout=COMMAND_TIMEOUT))}
             if jobs:
                 # The running pods, every namespace, once per look (the shared view): the workloads and their checkpoints.
-                answer['pods'] = api.sanitize_for_serialization(core.list_pod_for_all_namespaces(field_selector='status.phase=Running'))
+                answer['pods'] = api.sanitize_for_serialization(core.list_pod_for_all_namespaces(
+                    field_selector='status.phase=Running', _request_timeout=COMMAND_TIMEOUT))
             return answer
         except Exception as exc:  # pylint: disable=broad-except
             raise GateError('reading the Kubernetes nodes: %s' % to_native(exc)) from None

@@ -163,7 +163,7 @@ def test_the_capacity_floor_counts_a_node_drained_by_an_admin(fleet, tmp_path):
         slurm_sim.scontrol(environment, 'update', 'NodeName=gpu-06', 'State=RESUME')
     assert state['nodes']['gpu-06']['state'] == 'left_alone', state['nodes']['gpu-06']
     # Left alone at the gate: no slot taken, no phase written, the actor named.
-    assert [event['to'] for event in events if event['node'] == 'gpu-06'] == ['pending', 'left_alone'], events
+    assert [(event['from'], event['to']) for event in events if event['node'] == 'gpu-06'] == [('pending', 'left_alone')], events
     assert state['nodes']['gpu-06']['held_by'].startswith('Slurm DRAIN (reason: admin: fan replacement'), state['nodes']['gpu-06']
     assert all(state['nodes'][node]['state'] == 'done' for node in ('gpu-01', 'gpu-02', 'gpu-03')), state['nodes']
     sizes = [len(flying) for _event, flying in in_flight_over_time(events)]

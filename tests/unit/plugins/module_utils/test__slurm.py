@@ -385,3 +385,13 @@ def test_the_jobs_a_drain_requeues_are_those_whose_checkpoint_passed():
 def test_a_squeue_line_that_is_not_the_requeue_format_is_refused(line):
     with pytest.raises(_slurm.SlurmParseError, match='not a line of squeue'):
         _slurm.parse_requeue_jobs(line + '\n')
+
+
+def test_a_heterogeneous_job_is_requeued_once_and_an_old_checkpoint_is_no_declaration():
+    text = ('90+0|gpu-01|gres/gpu:8|2026-11-27T08:00:00Z|gpufleet.io/checkpoint=2026-11-27T08:30:00Z\n'
+            '90+1|gpu-01|gres/gpu:8|2026-11-27T08:00:00Z|gpufleet.io/checkpoint=2026-11-27T08:30:00Z\n'
+            # Restarted at 08:45 after a requeue, its comment still names 08:30: it declares nothing now.
+            '91|gpu-01|N/A|2026-11-27T08:45:00Z|gpufleet.io/checkpoint=2026-11-27T08:30:00Z\n')
+    jobs = _slurm.parse_requeue_jobs(text)
+    assert [(job['id'], job['checkpoint'] is not None) for job in jobs] == [('90', True), ('91', False)]
+    assert [job['id'] for job in _slurm.requeue_choice(jobs, 1795770000.0, 'checkpointed')] == ['90']

@@ -576,3 +576,13 @@ def test_the_queue_never_waits_for_a_node_held_by_its_checkpoint():
     view = jobs_view(job('41', 'n1'))
     decision = _gate.in_line(policy(), rollout(), view, 'n2', ['n1', 'n2'], {'n1'}, NOW, decide(scheduler=view, node='n2'))
     assert (decision.action, decision.rule) == ('wait', 'order')
+
+
+def test_the_queue_never_waits_for_a_group_whose_other_nodes_are_not_at_the_gate():
+    view = jobs_view(job('7', 'n1', 'n4'))
+    pol = policy(gpufleet_window=3)
+    decision = _gate.in_line(pol, rollout(), view, 'n2', ['n1', 'n2', 'n4'], {'n1'}, NOW, decide(pol=pol, scheduler=view, node='n2'))
+    assert (decision.action, decision.rule) == ('admit', 'admit')
+    # With n4 waiting too, n1's group would go: n2 keeps its place behind it.
+    decision = _gate.in_line(pol, rollout(), view, 'n2', ['n1', 'n2', 'n4'], {'n1', 'n4'}, NOW, decide(pol=pol, scheduler=view, node='n2'))
+    assert (decision.action, decision.rule) == ('wait', 'order')

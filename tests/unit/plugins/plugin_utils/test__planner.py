@@ -178,3 +178,11 @@ def test_the_plan_predicts_each_jobs_interruptions_with_and_without_the_job_rule
     # A job that ends before its node's turn is never interrupted.
     short = Job('9', nodes=('d',), end=NOW.timestamp() - 1)
     assert plan(policy(), [PlanNode('d', gpus=8, jobs=(short,))], SchedulerView(total_gpus=8, unavailable={}), NOW)['jobs'] == []
+
+
+def test_the_nodes_of_one_multi_node_job_are_next_to_each_other_in_the_order():
+    big = Job('7', nodes=('a', 'd'))
+    nodes = [PlanNode('a', jobs=(big,)), PlanNode('b', jobs=(Job('8', nodes=('b',)),)), PlanNode('c', jobs=(Job('9', nodes=('c',)),)),
+             PlanNode('d', jobs=(big,))]
+    names = [node.name for node, _kind, _ready in order(nodes)]
+    assert abs(names.index('a') - names.index('d')) == 1, names

@@ -617,8 +617,9 @@ def test_a_node_an_admin_drained_is_left_alone_at_the_gate_without_a_slot_or_a_p
 
 
 def test_a_multi_node_job_is_admitted_as_one_group_and_its_other_node_takes_that_admission(backend, tmp_path):
-    """Job 77 runs on n1 and n2 (squeue's own node list): with a window of 2, n1's admission admits n2 with it under the same
-    lock (the group recorded on both); n2's worker then takes that admission; n3 waits for the window."""
+    """Job 77 runs on n1 and n2 (squeue's own node list), window 2, through the shared gate: while only n1's worker waits, the
+    group waits for n2 (rule job_group: a node admitted without a worker would hold its slot for nothing); once n2's worker
+    waits too, one look admits both (the group recorded on both) and n2 takes that admission; n3 waits for the window."""
     spec = started(backend, policy=dict(POLICY, gpufleet_window=2))
     idle = read_fixture('slurm', 'show-node_idle.txt').strip()
     text = '\n'.join(idle.replace('NodeName=gpu-03', 'NodeName=' + name) for name in NODES) + '\n'
@@ -627,20 +628,32 @@ def test_a_multi_node_job_is_admitted_as_one_group_and_its_other_node_takes_that
         return {'scontrol': text, 'squeue': '77|n[1-2]|Unknown|2026-11-24T11:00:00|\n' if jobs else None}
 
     clock = Clock()
-    results = {}
-    for node in ('n1', 'n2', 'n3'):
+    folder = str(tmp_path / 'view')
+    member = 'ctl:%d' % os.getpid()
+
+    def context_of(node, timeout):
         args = {name: copy.deepcopy(value.get('default')) for name, value in action.ARGUMENT_SPEC.items()}
         args.update(run_dir=backend.run_dir, nodes=list(NODES), policy=dict(POLICY, gpufleet_window=2), host=node, ledger=spec,
-                    order=list(NODES), poll=1.0, scheduler='slurm', step='admit', admit_timeout=3, member='ctl:%d' % os.getpid())
+                    order=list(NODES), poll=1.0, scheduler='slurm', step='admit', admit_timeout=timeout, member=member)
         variables = {'inventory_hostname': node, 'ansible_inventory_sources': ['inv'], 'ansible_forks': 5,
                      'ansible_play_hosts_all': list(NODES), 'hostvars': {name: {'gpufleet_gpus': 8} for name in NODES}}
-        context = _run_context.RunContext(args, variables, {}, clock=clock, open_backend=lambda given: backend, answer=answer,
-                                          shared=False, keep=lambda *arguments: None)
+        return _run_context.RunContext(args, variables, {}, clock=clock, open_backend=lambda given: backend, answer=answer,
+                                       shared=True, shared_folder=folder, keep=lambda *arguments: None)
+
+    alone = context_of('n1', 3)
+    _rollout_node.admit(alone)
+    assert (alone.result['verdict'], alone.result['rule']) == ('pending', 'job_group') and 'not yet: n2' in alone.result['reason']
+    # n1's worker waits at the gate again (in the controller's waiting room) when n2's arrives.
+    ledger = _ledger.RunLedger.open(backend, 'r9')
+    _rollout_node.SharedGate(context_of('n1', 600), ledger, 1.0).enter('n1', clock.time())
+    results = {}
+    for node in ('n2', 'n1', 'n3'):
+        context = context_of(node, 3)
         _rollout_node.admit(context)
         results[node] = context.result
     assert (results['n1']['verdict'], results['n2']['verdict']) == ('admit', 'admit'), results
-    assert 'job\'s group (job 77: n1, n2)' in results['n1']['reason']
+    assert 'job\'s group (job 77: n1, n2)' in results['n1']['reason'] or 'job 77' in results['n2']['reason'], results
     assert (results['n3']['verdict'], results['n3']['rule']) == ('pending', 'window'), results['n3']
     nodes = _ledger.RunLedger.open(backend, 'r9').state['nodes']
     assert nodes['n1']['group'] == nodes['n2']['group'] == ['n1', 'n2'] and nodes['n2']['jobs'] == ['77']
-    assert nodes['n2']['member'] == 'ctl:%d' % os.getpid() and nodes['n2']['state'] == 'admitted'
+    assert nodes['n1']['member'] == nodes['n2']['member'] == member
