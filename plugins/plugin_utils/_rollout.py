@@ -660,6 +660,25 @@ def quarantine_payload(run_id, node, state):
             'phase': record.get('phase'), 'inventory': state.get('inventory'), 'counts': _counts(state)}
 
 
+def group_warnings(jobs, nodes, limit, shown=5):
+    """What a start tells the operator about the running multi-node jobs whose nodes of the rollout (``nodes``) outnumber what
+    may be in flight (``limit``): their nodes wait until the job ends (gpufleet_job_aware). One line per job, the first
+    ``shown``, then a count."""
+    found = {}
+    for entries in jobs.values():
+        for job in entries:
+            inside = sorted(set(job.nodes) & nodes)
+            if len(inside) > limit and job.id not in found:
+                found[job.id] = inside
+    lines = ['job %s runs on %d node(s) of the rollout (%s%s) and at most %d may be in flight (gpufleet_window, the failure '
+             'budget): its nodes wait until it ends or is requeued (gpufleet_job_aware)'
+             % (job_id, len(inside), ', '.join(inside[:8]), ' ...' if len(inside) > 8 else '', limit)
+             for job_id, inside in sorted(found.items())[:shown]]
+    if len(found) > shown:
+        lines.append('%d more job(s) wait like this' % (len(found) - shown))
+    return lines
+
+
 def plan_nodes(nodes, fleet, domains):
     """The planner's :class:`~._planner.PlanNode` list for ``nodes`` from the scheduler's answer."""
     return [_planner.PlanNode(name=name, gpus=fleet.gpus.get(name, 0), domain=domains.get(name), jobs=tuple(fleet.jobs.get(name, ())))

@@ -289,6 +289,9 @@ def start(context):
     if args['mode'] == 'window' and isinstance(forks, int) and forks < min(window, cap or window) + 1:
         context.warn('forks is %d: host_pinned runs at most that many hosts; the window is %d, set forks to at least %d'
                      % (forks, min(window, cap or window), min(window, cap or window) + 1))
+    if args['mode'] == 'window' and policy.job_aware:
+        for line in _rollout.group_warnings(scheduler.jobs, set(all_nodes), min(window, cap or window)):
+            context.warn(line)
     how = ('joined (with %s)' % ', '.join(others)) if others else ('resumed' if resume else 'started')
     context.result.update(
         changed=not resume, run_id=run_id, resumed=resume, fleet=fleet, order=ordered, hosts=hosts, confirm=confirm, breaker=breaker,

@@ -220,6 +220,38 @@ def node_scenario(reliability, run_n, node, expected):
     return scenario, run_n['state']['nodes'][node], result_of(run_n['run_dir'], run_n['state']['run_id'], node)
 
 
+def test_a_multi_node_workload_goes_together_at_its_checkpoint_and_is_evicted_once(fleet, kube, tmp_path):
+    """A JobSet's two pods on gpu-05 and gpu-06 (its labels, a checkpoint annotation ahead), the idle gpu-07 beside them, window
+    2 (Kubernetes, fake API server): gpu-07 goes first, then gpu-05 and gpu-06 together in one look, not before the checkpoint;
+    each drain evicts its pod and records the JobSet, the group the same on both (one interruption, the report's rule). First
+    in this module: the fleet's nodes as they came up (the fault runs below leave theirs changed)."""
+    state_dir, kubeconfig = kube
+    checkpoint = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=20)
+    labels = {'jobset.sigs.k8s.io/jobset-name': 'llm', 'batch.kubernetes.io/job-name': 'llm-workers-0'}
+    owner = {'apiVersion': 'batch/v1', 'kind': 'Job', 'name': 'llm-workers-0'}
+    pods = [kube_fleet.add_long_pod(state_dir, node, 3600, labels=labels, owner=owner,
+                                    annotations={'gpufleet.io/checkpoint': checkpoint.isoformat()}) for node in ('gpu-05', 'gpu-06')]
+    run_dir = str(tmp_path / 'runs')
+    process = run(command(inventory(fleet, str(tmp_path)), run_dir, ['gpu-05', 'gpu-06', 'gpu-07'], gpufleet_window=2,
+                          gpufleet_scheduler='kubernetes', gpufleet_kubeconfig=kubeconfig))
+    assert process.returncode == 0, failures(process)
+    state = state_of(run_dir)
+    assert {node: record['state'] for node, record in state['nodes'].items()} == dict.fromkeys(('gpu-05', 'gpu-06', 'gpu-07'), 'done')
+    at = {node: datetime.datetime.fromisoformat(record['admitted_at']) for node, record in state['nodes'].items()}
+    assert min(at['gpu-05'], at['gpu-06']) >= checkpoint and at['gpu-07'] < min(at['gpu-05'], at['gpu-06']), (at, checkpoint)
+    assert state['nodes']['gpu-05']['group'] == state['nodes']['gpu-06']['group'] == ['gpu-05', 'gpu-06']
+    for node in ('gpu-05', 'gpu-06'):
+        assert [(entry['job'], entry['kind'], entry['gpus']) for entry in state['nodes'][node]['interrupted']] == [
+            ('JobSet ml/llm', 'evicted', 8)], state['nodes'][node]
+    assert state['nodes']['gpu-07'].get('interrupted') == []
+    # The fleet report's rule: one interruption of the JobSet (its group drained together), its 16 GPUs.
+    run_id = [name for name in os.listdir(run_dir) if name != 'locks'][0]
+    jobs = _report.build({'id': run_id}, {}, _report.read_ledger(os.path.join(run_dir, run_id)))['summary']['jobs']
+    assert [(job['job'], job['interruptions'], job['nodes']) for job in jobs] == [('JobSet ml/llm', 1, ['gpu-05', 'gpu-06'])], jobs
+    listing = json.loads(kubectl(kubeconfig, 'get', 'pods', '-n', 'ml', '-o', 'json').stdout)
+    assert not [pod for pod in listing['items'] if 'ml/' + pod['metadata']['name'] in pods]      # both evicted by the drains
+
+
 def test_never_returns_from_its_reboot(reliability, run_n):
     scenario, record, result = node_scenario(reliability, run_n, 'gpu-01', 'quarantined')
     assert 'unreachable' in record['reason'] and 'no BMC' in record['reason'], record
@@ -635,37 +667,6 @@ def test_a_drain_blocked_by_a_pod_disruption_budget(reliability, fleet, kube, tm
     kubectl(kubeconfig, 'get', 'pod', '-n', 'ml', pod.split('/')[1])         # the pod was never evicted
     kubectl(kubeconfig, 'delete', 'pdb', '-n', 'ml', 'train-gpu-01')
     scenario.observed('deferred when the drain timed out, the pod named; the node uncordoned as it was and the pod kept running')
-
-
-def test_a_multi_node_workload_goes_together_at_its_checkpoint_and_is_evicted_once(fleet, kube, tmp_path):
-    """A JobSet's two pods on gpu-05 and gpu-06 (its labels, a checkpoint annotation ahead), the idle gpu-07 beside them, window
-    2 (Kubernetes, fake API server): gpu-07 goes first, then gpu-05 and gpu-06 together in one look, not before the checkpoint;
-    each drain evicts its pod and records the JobSet, the group the same on both (one interruption, the report's rule)."""
-    state_dir, kubeconfig = kube
-    checkpoint = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=20)
-    labels = {'jobset.sigs.k8s.io/jobset-name': 'llm', 'batch.kubernetes.io/job-name': 'llm-workers-0'}
-    owner = {'apiVersion': 'batch/v1', 'kind': 'Job', 'name': 'llm-workers-0'}
-    pods = [kube_fleet.add_long_pod(state_dir, node, 3600, labels=labels, owner=owner,
-                                    annotations={'gpufleet.io/checkpoint': checkpoint.isoformat()}) for node in ('gpu-05', 'gpu-06')]
-    run_dir = str(tmp_path / 'runs')
-    process = run(command(inventory(fleet, str(tmp_path)), run_dir, ['gpu-05', 'gpu-06', 'gpu-07'], gpufleet_window=2,
-                          gpufleet_scheduler='kubernetes', gpufleet_kubeconfig=kubeconfig))
-    assert process.returncode == 0, failures(process)
-    state = state_of(run_dir)
-    assert {node: record['state'] for node, record in state['nodes'].items()} == dict.fromkeys(('gpu-05', 'gpu-06', 'gpu-07'), 'done')
-    at = {node: datetime.datetime.fromisoformat(record['admitted_at']) for node, record in state['nodes'].items()}
-    assert min(at['gpu-05'], at['gpu-06']) >= checkpoint and at['gpu-07'] < min(at['gpu-05'], at['gpu-06']), (at, checkpoint)
-    assert state['nodes']['gpu-05']['group'] == state['nodes']['gpu-06']['group'] == ['gpu-05', 'gpu-06']
-    for node in ('gpu-05', 'gpu-06'):
-        assert [(entry['job'], entry['kind'], entry['gpus']) for entry in state['nodes'][node]['interrupted']] == [
-            ('JobSet ml/llm', 'evicted', 8)], state['nodes'][node]
-    assert state['nodes']['gpu-07'].get('interrupted') == []
-    # The fleet report's rule: one interruption of the JobSet (its group drained together), its 16 GPUs.
-    run_id = [name for name in os.listdir(run_dir) if name != 'locks'][0]
-    jobs = _report.build({'id': run_id}, {}, _report.read_ledger(os.path.join(run_dir, run_id)))['summary']['jobs']
-    assert [(job['job'], job['interruptions'], job['nodes']) for job in jobs] == [('JobSet ml/llm', 1, ['gpu-05', 'gpu-06'])], jobs
-    listing = json.loads(kubectl(kubeconfig, 'get', 'pods', '-n', 'ml', '-o', 'json').stdout)
-    assert not [pod for pod in listing['items'] if 'ml/' + pod['metadata']['name'] in pods]      # both evicted by the drains
 
 
 def test_the_kubernetes_api_gone_mid_run(reliability, fleet, kube, tmp_path):

@@ -683,3 +683,12 @@ def test_the_plan_order_puts_idle_nodes_first_longest_first():
                           'c': {'state': 'done', 'admitted_at': '2026-11-24T12:00:00+00:00', 'finished_at': '2026-11-24T12:09:00+00:00'}}}]
     order = _rollout.plan_order(['a', 'b', 'c'], {}, fleet, earlier)
     assert order == ['c', 'b', 'a']            # c took 9 min last time, b 1 min; a runs a job
+
+
+def test_a_start_warns_of_the_jobs_whose_nodes_outnumber_what_may_fly():
+    jobs = _rollout.slurm_jobs('7|gpu-[01-03]|Unknown|Unknown|\n8|gpu-04|Unknown|Unknown|\n9|gpu-[05-06],cpu-1|Unknown|Unknown|\n')
+    nodes = {'gpu-01', 'gpu-02', 'gpu-03', 'gpu-04', 'gpu-05', 'gpu-06'}
+    lines = _rollout.group_warnings(jobs, nodes, 1)
+    assert len(lines) == 2 and lines[0].startswith('job 7 runs on 3 node(s) of the rollout (gpu-01, gpu-02, gpu-03)')
+    assert lines[1].startswith('job 9 runs on 2 node(s)')
+    assert _rollout.group_warnings(jobs, nodes, 3) == [] and len(_rollout.group_warnings(jobs, nodes, 1, shown=1)) == 2
