@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sys
+import time
 
 import pytest
 
@@ -203,18 +204,20 @@ def test_latin1_reason_hung_client_and_an_answer_about_another_node(cluster):
 
 
 def test_a_drain_requeues_the_job_whose_checkpoint_passed_and_waits_for_the_one_ahead(cluster):
-    """Two jobs on gpu-01: one declared its checkpoint a minute ago (requeued: it restarts from it, Slurm counts the restart),
-    one declares it an hour ahead (waited for: the drain times out and the node is put back as it was, that job named)."""
+    """Two jobs on gpu-01: one declares its checkpoint a few seconds after it started, passed when the drain comes (requeued:
+    it restarts from it, Slurm counts the restart), one declares it an hour ahead (waited for: the drain times out and the node
+    is put back as it was, that job named)."""
     # gpu-01 as the first test left it (resumed), or drained when that test did not run: in service either way.
     slurm_sim.run_client(cluster.env, ['scontrol', 'update', 'NodeName=gpu-01', 'State=RESUME'], check=False)
     now = datetime.datetime.now(datetime.timezone.utc)
-    passed = slurm_sim.submit_job(cluster.env, 'gpu-01', 300, name='ckpt-passed',
-                                  comment='gpufleet.io/checkpoint=%s' % (now - datetime.timedelta(minutes=1)).isoformat())
+    soon = now + datetime.timedelta(seconds=5)
+    passed = slurm_sim.submit_job(cluster.env, 'gpu-01', 300, name='ckpt-passed', comment='gpufleet.io/checkpoint=%s' % soon.isoformat())
     ahead = slurm_sim.submit_job(cluster.env, 'gpu-01', 300, name='ckpt-ahead',
                                  comment='step 400 gpufleet.io/checkpoint=%s' % (now + datetime.timedelta(hours=1)).isoformat())
     try:
         cluster.wait_job(passed, ('RUNNING',))
         cluster.wait_job(ahead, ('RUNNING',))
+        time.sleep(max(0.0, (soon - datetime.datetime.now(datetime.timezone.utc)).total_seconds()) + 1)
         result = cluster.play('slurm_node_requeue.yml', 'gpu-01')
         assert result.rc == 0, result.document
         drain = result.task('Drain, requeueing checkpointed jobs')['localhost']
