@@ -393,21 +393,20 @@ def workload_of(pod):
 
 
 def workloads(pods, resource='nvidia.com/gpu'):
-    """The GPU workloads of running pods (DaemonSet and mirror pods are never work): {workload: {'nodes': sorted node names,
-    'annotations': [each pod's annotations], 'started': [each pod's status.startTime]}}."""
-    found = {}
+    """The GPU workloads of running pods over every node (:func:`node_workloads` of each node's pods): {workload: {'nodes':
+    sorted node names, 'checkpoints': each node's declared checkpoint text or None, 'starts': each node's earliest pod start}}."""
+    by_node = {}
     for pod in pods:
-        pod = _mapping(pod)
-        metadata = _mapping(pod.get('metadata'))
-        node = _mapping(pod.get('spec')).get('nodeName')
-        if not node or is_daemonset_pod({'metadata': metadata}) or is_mirror_pod({'metadata': metadata}) or not gpu_containers(pod, resource):
-            continue
-        entry = found.setdefault(workload_of(pod), {'nodes': set(), 'annotations': [], 'started': []})
-        entry['nodes'].add(node)
-        entry['annotations'].append(_mapping(metadata.get('annotations')))
-        entry['started'].append(_mapping(pod.get('status')).get('startTime'))
-    for entry in found.values():
-        entry['nodes'] = sorted(entry['nodes'])
+        node = _mapping(_mapping(pod).get('spec')).get('nodeName')
+        if node:
+            by_node.setdefault(node, []).append(_mapping(pod))
+    found = {}
+    for node in sorted(by_node):
+        for entry in node_workloads(by_node[node], resource):
+            merged = found.setdefault(entry['job'], {'nodes': [], 'checkpoints': [], 'starts': []})
+            merged['nodes'].append(node)
+            merged['checkpoints'].append(entry['checkpoint'])
+            merged['starts'].append(entry['start'])
     return found
 
 

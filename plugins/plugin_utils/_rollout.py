@@ -263,9 +263,8 @@ def kube_jobs(pods_document):
     jobs = collections.defaultdict(list)
     found = _kube.workloads((pods_document or {}).get('items') or [])
     for workload, entry in sorted(found.items()):
-        checkpoints = [stamp for stamp in (_timestamp(annotations.get(_planner.CHECKPOINT_KEY)) for annotations in entry['annotations'])
-                       if stamp is not None]
-        starts = [stamp for stamp in (_timestamp(value) for value in entry['started']) if stamp is not None]
+        checkpoints = [stamp for stamp in (_timestamp(text) for text in entry['checkpoints']) if stamp is not None]
+        starts = [stamp for stamp in (_timestamp(text) for text in entry['starts']) if stamp is not None]
         checkpoint = max(checkpoints) if checkpoints else None
         if checkpoint is not None and starts and checkpoint < max(starts):
             checkpoint = None       # declared before a pod of it (re)started: an old one
