@@ -39,6 +39,7 @@ REQUEUE_MODES = ('never', 'checkpointed')
 _CHECKPOINT_RE = re.compile(re.escape(CHECKPOINT_KEY) + r'=(\S+)')
 # A job id as squeue prints it: 1234, an array task 1234_7, a heterogeneous job's component 1234+0.
 _JOB_ID_RE = re.compile(r'^[0-9]+(?:[_+][0-9]+)?\Z')
+_HOSTLIST_RE = re.compile(r'^([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)$')
 _GRES_GPU_RE = re.compile(r'(?:^|[,/:])gpu(?::[^:,()]+)?:([0-9]+)')
 
 _KEY_RE = re.compile(r'(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=')
@@ -402,6 +403,38 @@ def declared_checkpoint(comment):
     return timestamp(match.group(1)) if match else None
 
 
+def expand_hostlist(text):
+    """A Slurm host list (``gpu-[01-03,07],login1``) to names; one bracket group per name, as Slurm prints node lists."""
+    names = []
+    depth = 0
+    part = ''
+    parts = []
+    for char in text or '':
+        if char == ',' and depth == 0:
+            parts.append(part)
+            part = ''
+            continue
+        depth += char == '['
+        depth -= char == ']'
+        part += char
+    parts.append(part)
+    for part in (part.strip() for part in parts):
+        if not part:
+            continue
+        match = _HOSTLIST_RE.match(part)
+        if not match:
+            names.append(part)
+            continue
+        prefix, ranges, suffix = match.groups()
+        for item in ranges.split(','):
+            low, _dash, high = item.partition('-')
+            if not low.isdigit() or (high and not high.isdigit()):
+                raise SlurmParseError('unreadable Slurm host list %r' % text)
+            for number in range(int(low), int(high or low) + 1):
+                names.append('%s%0*d%s' % (prefix, len(low), number, suffix))
+    return names
+
+
 def gres_gpus(gres):
     """GPUs per node in a job's or node's gres (``gpu:8``, ``gres/gpu:h100:8``, ``gres:gpu:4,gres:nic:1``); 0 when none."""
     return sum(int(count) for count in _GRES_GPU_RE.findall(gres or ''))
@@ -449,23 +482,9 @@ def _iso(stamp):
 def requeue_record(job, now):
     """What a requeued job's record says (RV(requeued)): its id, nodes, GPUs (per-node gres times its nodes), the declared
     checkpoint, its start and when it was requeued (ISO times)."""
-    count = len(_expand_count(job['nodes']))
+    try:
+        count = len(expand_hostlist(job['nodes']))
+    except SlurmParseError:
+        count = 1
     return {'id': job['id'], 'nodes': job['nodes'], 'gpus': job['gpus_per_node'] * count, 'checkpoint': _iso(job.get('checkpoint')),
             'start': _iso(job.get('start')), 'at': _iso(now)}
-
-
-def _expand_count(hostlist):
-    """The node names of a Slurm host list (``gpu-[01-03,07],login1``), for counting."""
-    names = []
-    for part in re.findall(r'[^,\[]+(?:\[[^\]]*\])?[^,]*', hostlist or ''):
-        match = re.match(r'^([^\[]*)\[([^\]]+)\](.*)$', part)
-        if not match:
-            names.append(part)
-            continue
-        for item in match.group(2).split(','):
-            low, _dash, high = item.partition('-')
-            if low.isdigit() and (not high or high.isdigit()):
-                names.extend('%s%s%s' % (match.group(1), number, match.group(3)) for number in range(int(low), int(high or low) + 1))
-            else:
-                names.append(part)
-    return names

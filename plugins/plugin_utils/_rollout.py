@@ -50,8 +50,6 @@ INPUTS = (('gpufleet_scheduler', SCHEDULERS), ('gpufleet_reboot_method', REBOOT_
 _SLURM_OUT_BASE = frozenset(('DOWN', 'FUTURE', 'UNKNOWN'))
 _SLURM_OUT_FLAGS = frozenset(('DRAIN', 'NOT_RESPONDING', 'MAINTENANCE', 'RESERVED', 'POWERED_DOWN', 'POWERING_DOWN',
                               'POWER_DOWN', 'REBOOT_ISSUED', 'REBOOT_REQUESTED', 'FAIL'))
-_GRES_GPU = re.compile(r'(?:^|,)gpu(?::[^:,()]+)?:([0-9]+)')
-_HOSTLIST = re.compile(r'^([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)$')
 GPU_RESOURCE = 'nvidia.com/gpu'
 # Taints that mirror what the node's own fields say (cordon, conditions): counted once, by those fields.
 _MIRROR_TAINTS = frozenset(('node.kubernetes.io/unschedulable', 'node.kubernetes.io/not-ready', 'node.kubernetes.io/unreachable'))
@@ -135,10 +133,8 @@ class Fleet:
 
 
 def gres_gpus(gres):
-    """GPUs in a Slurm ``Gres=`` value: ``gpu:8``, ``gpu:h100:8(S:0-1)``, ``gpu:a100:4,gpu:h100:4``; 0 when none."""
-    if not gres or gres in ('(null)', 'N/A'):
-        return 0
-    return sum(int(count) for count in _GRES_GPU.findall(gres))
+    """GPUs in a Slurm ``Gres=`` value (``_slurm.gres_gpus``): ``gpu:8``, ``gpu:h100:8(S:0-1)``, ``gpu:a100:4,gpu:h100:4``; 0 when none."""
+    return _slurm.gres_gpus(gres)
 
 
 def node_records(text):
@@ -191,35 +187,11 @@ def slurm_view(text):
 
 
 def expand_hostlist(text):
-    """A Slurm host list (``gpu-[01-03,07],login1``) to names; one bracket group per name, as Slurm prints node lists."""
-    names = []
-    depth = 0
-    part = ''
-    parts = []
-    for char in text or '':
-        if char == ',' and depth == 0:
-            parts.append(part)
-            part = ''
-            continue
-        depth += char == '['
-        depth -= char == ']'
-        part += char
-    parts.append(part)
-    for part in (part.strip() for part in parts):
-        if not part:
-            continue
-        match = _HOSTLIST.match(part)
-        if not match:
-            names.append(part)
-            continue
-        prefix, ranges, suffix = match.groups()
-        for item in ranges.split(','):
-            low, _dash, high = item.partition('-')
-            if not low.isdigit() or (high and not high.isdigit()):
-                raise RolloutError('unreadable Slurm host list %r' % text)
-            for number in range(int(low), int(high or low) + 1):
-                names.append('%s%0*d%s' % (prefix, len(low), number, suffix))
-    return names
+    """A Slurm host list (``gpu-[01-03,07],login1``) to names (``_slurm.expand_hostlist``); RolloutError when unreadable."""
+    try:
+        return _slurm.expand_hostlist(text)
+    except _slurm.SlurmParseError as exc:
+        raise RolloutError(str(exc)) from None
 
 
 def _timestamp(text):
