@@ -123,6 +123,9 @@ class ActionModule(ActionBase):
         facts_after = None if unreachable else (task_vars.get('ansible_facts') or {}).get('gpufleet')
         document = _upgrade.result(end=now, facts_after=facts_after, scheduler=args['scheduler'], **fields)
         details = _phase.final_details(document, node, before, facts_after)
+        handoff = _phase.handoff_of(outcome) or _phase.handoff_of(document.get('drain'))
+        if handoff is not None:
+            details['handoff'] = handoff
         if args['results_dir']:
             result['results_file'] = _write_result(args['results_dir'], node, dict(document, node=node))
         ended = dict(state, next='end', state=document['state'], reason=document['reason']) if isinstance(state, dict) else None
@@ -153,6 +156,9 @@ class ActionModule(ActionBase):
                 # The ledger follows the phase; a node that ends here (left alone at the pre-check) is recorded by the result.
                 target = _phase.target_of(state['phase']) if state['phase'] != (before or {}).get('phase') else None
                 reason = ''
+                # The hand-off the drain made (or undid) goes with the phase it leads to: the ledger names it while in flight.
+                handoff = _phase.handoff_of(args['outcome']) if args['step'] == 'advance' else None
+                details = {'handoff': handoff} if handoff is not None and target else None
         except (_procedure.ProcedureError, _phase.PhaseError, ValueError, TypeError, OSError) as exc:
             return dict(result, failed=True, msg='%s: upgrade_phase %s: %s' % (node, args['step'], to_native(exc)))
         result['ledger'] = []

@@ -11,6 +11,9 @@ kubernetes.core and acts; every decision is made here, on the documents the API 
   touched it (``gpufleet.io/original-unschedulable``) and which taints gpufleet added
   (``gpufleet.io/added-taints``);
 * what to do: report, skip, leave a node cordoned by someone else alone, or act;
+* the hand-off to the node's other owners while gpufleet holds it (:data:`HANDOFF_LABELS`: NVSentinel's opt-out labels,
+  the GPU Operator's upgrade skip label, Medik8s NHC's exclusion label), their values before recorded in
+  ``gpufleet.io/handed-off`` and put back by the release;
 * the taint arithmetic of a cordon (Run:ai ``runai=drain:NoExecute``, the quarantine taint)
   and of its undo, and the marker patches;
 * which pods hold GPUs (requests or limits of the GPU resource in ``containers`` *and*
@@ -32,6 +35,20 @@ ADDED_TAINTS = PREFIX + 'added-taints'
 RUN_ID = PREFIX + 'run-id'
 REASON = PREFIX + 'reason'
 QUARANTINE_TAINT_KEY = PREFIX + 'quarantine'
+# The hand-off: each other owner of a node's state and the node labels that make it stand aside while gpufleet holds the node
+# (docs/scheduler.md#hand-off; sources in the comments). ``nhc_pause`` is not a label: the pause request gpufleet adds to each
+# Medik8s NodeHealthCheck that selects the node (module gpufleet.lifecycle.nhc_pause).
+HANDOFF_ANNOTATION = PREFIX + 'handed-off'
+HANDOFF_LABELS = {
+    # NVIDIA NVSentinel: "false" is the only opt-out value; the new label (commons/pkg/managed) and the legacy one the
+    # fault-quarantine rulesets still check.
+    'nvsentinel': (('nvsentinel.dgxc.nvidia.com/managed', 'false'), ('k8saas.nvidia.com/ManagedByNVSentinel', 'false')),
+    # NVIDIA GPU Operator driver upgrade controller (k8s-operator-libs UpgradeSkipNodeLabelKeyFmt, driver name "gpu").
+    'gpu_operator': (('nvidia.com/gpu-driver-upgrade.skip', 'true'),),
+    # Medik8s NodeHealthCheck >= 0.8 (medik8s/common labels.ExcludeFromRemediation): only "true" excludes.
+    'nhc': (('remediation.medik8s.io/exclude-from-remediation', 'true'),),
+}
+HANDOFFS = ('nvsentinel', 'gpu_operator', 'nhc', 'nhc_pause')
 # Label values that mean "this node is cordoned by gpufleet"; uncordon leaves "done" behind.
 ACTIVE_STATES = ('cordoned', 'draining', 'drained', 'quarantined')
 # The state label value each changing action sets.
@@ -129,6 +146,27 @@ def _added_taints(name, annotations):
     return taints
 
 
+def _handed_off(name, annotations):
+    text = annotations.get(HANDOFF_ANNOTATION)
+    if text in (None, ''):
+        return {}
+    try:
+        recorded = json.loads(text)
+    except ValueError as error:
+        raise KubeError('node %s: annotation %s is not JSON (%s): %r' % (name, HANDOFF_ANNOTATION, error, text[:200]))
+    if not isinstance(recorded, dict) or not all(isinstance(value, (str, type(None))) for value in recorded.values()):
+        raise KubeError('node %s: annotation %s is not a mapping of label to its value before (or null): %r' % (name, HANDOFF_ANNOTATION, text[:200]))
+    return recorded
+
+
+def handoff_labels(handoff):
+    """{label: value} that make the owners in ``handoff`` (names of :data:`HANDOFFS`) stand aside."""
+    unknown = [name for name in handoff or () if name not in HANDOFFS]
+    if unknown:
+        raise KubeError('node_drain_handoff: %s not one of %s' % (', '.join(map(str, unknown)), ', '.join(HANDOFFS)))
+    return dict(pair for name in handoff or () for pair in HANDOFF_LABELS.get(name, ()))
+
+
 def node_status(node, scheduler='kubernetes', skip=False):
     """``node_drain_status`` of a Node object: what it is and whose cordon it carries."""
     metadata = node['metadata']
@@ -153,6 +191,7 @@ def node_status(node, scheduler='kubernetes', skip=False):
         'cordoned_by_others': unschedulable and not ours,
         'original_unschedulable': annotations.get(ORIGINAL, '') if ours else '',
         'added_taints': _added_taints(name, annotations) if ours else [],
+        'handed_off': _handed_off(name, annotations) if ours else {},
     }
 
 
@@ -187,8 +226,12 @@ def decide(status, action, respect_existing=True):
     return 'pending', ''
 
 
-def cordon_plan(status, action, scheduler, reason, run, run_id_fixed, quarantine_taint):
-    """The cordon (also the first step of a drain): marker patch, whether to cordon, the taints to add."""
+def cordon_plan(status, action, scheduler, reason, run, run_id_fixed, quarantine_taint, handoff=()):
+    """The cordon (also the first step of a drain): marker patch, whether to cordon, the taints to add, the hand-off labels.
+
+    A label's value before gpufleet is recorded once (``gpufleet.io/handed-off``), like the original cordon: a node gpufleet
+    already holds keeps what it recorded, a quarantine keeps the hand-off.
+    """
     # The original state is recorded once: a node gpufleet already holds keeps what it was before.
     original = status['original_unschedulable'] if status['ours'] else str(status['unschedulable']).lower()
     wanted = [dict(RUNAI_TAINT)] if scheduler == 'runai' else []
@@ -203,23 +246,34 @@ def cordon_plan(status, action, scheduler, reason, run, run_id_fixed, quarantine
         state = STATE_FOR_ACTION[action]
     run_id = status['annotations'].get(RUN_ID, run) if (status['ours'] and not run_id_fixed) else run
     verb = 'Quarantined' if action == 'quarantine' else 'Cordoned'
+    labels = handoff_labels(handoff)
+    before = dict(status['handed_off'])
+    for key in labels:
+        before.setdefault(key, status['labels'].get(key))
+    annotations = {ORIGINAL: original, RUN_ID: run_id, REASON: reason, ADDED_TAINTS: json.dumps(status['added_taints'] + add, separators=(',', ':'))}
+    if before:
+        annotations[HANDOFF_ANNOTATION] = json.dumps(before, separators=(',', ':'), sort_keys=True)
     return {
         'original': original,
         'state': state,
         'cordon': not status['unschedulable'],
         'taints': add,
-        'labels': {STATE_LABEL: state},
-        'annotations': {ORIGINAL: original, RUN_ID: run_id, REASON: reason,
-                        ADDED_TAINTS: json.dumps(status['added_taints'] + add, separators=(',', ':'))},
+        'labels': dict(labels, **{STATE_LABEL: state}),
+        'annotations': annotations,
+        'handoff': {'labels': labels, 'before': before},
         'event_reason': 'GpufleetQuarantined' if action == 'quarantine' else 'GpufleetCordoned',
         'event_message': '%s by gpufleet.lifecycle: %s (run %s%s)' % (
             verb, reason, run, ', taints ' + ','.join(taint['key'] for taint in add) if add else ''),
     }
 
 
-def _clear_marker(state, run):
-    return {'labels': {STATE_LABEL: state},
-            'annotations': {ORIGINAL: None, REASON: None, ADDED_TAINTS: None, RUN_ID: run if state else None}}
+def _clear_marker(state, run, handed_off=None):
+    """The marker's removal, and each hand-off label back to its value before gpufleet (None removes it)."""
+    labels = dict(handed_off or {})
+    labels[STATE_LABEL] = state
+    return {'labels': labels,
+            'annotations': {ORIGINAL: None, REASON: None, ADDED_TAINTS: None, RUN_ID: run if state else None, HANDOFF_ANNOTATION: None},
+            'handoff': {'undone': sorted(handed_off or {})}}
 
 
 def release_plan(status, run):
@@ -230,7 +284,7 @@ def release_plan(status, run):
             'event_reason': 'GpufleetUncordoned',
             'event_message': 'Released by gpufleet.lifecycle (run %s)%s' % (
                 run, ': uncordoned' if uncordon else ': left unschedulable, it was cordoned before gpufleet')}
-    plan.update(_clear_marker('done', run))
+    plan.update(_clear_marker('done', run, status['handed_off']))
     return plan
 
 
@@ -238,15 +292,20 @@ def restore_plan(status, cordon, run):
     """A deferred drain puts the node back as it was before this run: as gpufleet held it, or as before gpufleet."""
     if status['ours']:
         # Held by gpufleet before this run (e.g. cordoned for a checkpoint): stays cordoned, in its previous state.
-        return {'taints': cordon['taints'], 'uncordon': False, 'labels': {STATE_LABEL: status['state']},
-                'annotations': {ADDED_TAINTS: json.dumps(status['added_taints'], separators=(',', ':'))}}
+        # Its hand-off stays as it was: the labels of this run's cordon that it did not have before are taken back.
+        added = {key: status['labels'].get(key) for key in cordon['handoff']['labels'] if key not in status['handed_off']}
+        annotations = {ADDED_TAINTS: json.dumps(status['added_taints'], separators=(',', ':'))}
+        if added:
+            annotations[HANDOFF_ANNOTATION] = json.dumps(status['handed_off'], separators=(',', ':'), sort_keys=True) if status['handed_off'] else None
+        return {'taints': cordon['taints'], 'uncordon': False, 'labels': dict(added, **{STATE_LABEL: status['state']}),
+                'annotations': annotations, 'handoff': {'undone': sorted(added), 'kept': sorted(status['handed_off'])}}
     plan = {'taints': _unique(cordon['taints']), 'uncordon': cordon['original'] == 'false'}
-    plan.update(_clear_marker(None, run))
+    plan.update(_clear_marker(None, run, cordon['handoff']['before']))
     return plan
 
 
 def node_plan(document, name, action='status', scheduler='kubernetes', reason='maintenance', run='', run_id_fixed=False,
-              skip=False, respect_existing=True, quarantine_taint=False):
+              skip=False, respect_existing=True, quarantine_taint=False, handoff=()):
     """Everything node_drain decides about one node, from the node as the API returned it."""
     if action not in ACTIONS:
         raise KubeError('node %s: node_drain_action must be one of %s, not %r' % (name, ', '.join(ACTIONS), action))
@@ -261,7 +320,7 @@ def node_plan(document, name, action='status', scheduler='kubernetes', reason='m
         plan['release'] = release_plan(status, run)
         original = status['original_unschedulable']
     else:
-        plan['cordon'] = cordon_plan(status, action, scheduler, reason, run, flag(run_id_fixed), flag(quarantine_taint))
+        plan['cordon'] = cordon_plan(status, action, scheduler, reason, run, flag(run_id_fixed), flag(quarantine_taint), handoff)
         plan['restore'] = restore_plan(status, plan['cordon'], run)
         original = plan['cordon']['original']
         plan['cordon']['message'] = 'node %s: %s' % (STATE_FOR_ACTION[action], reason)

@@ -404,6 +404,9 @@ def shard_of(name, shards):
     return zlib.crc32(name.encode('utf-8')) % shards
 
 
+SOFT_MARKS_DOC = 'soft_marks'
+
+
 def check_doc_name(name):
     """A run document's name (``waiting``, ``arrived``): lower-case letters, digits, ``.``, ``_``, ``-``; not state or ledger."""
     if not isinstance(name, str) or not DOC_NAME.match(name) or name in RESERVED_DOCS:
@@ -1140,6 +1143,23 @@ class RunLedger:
         """An operator's reset of the circuit breaker: quarantines before now no longer count."""
         with self.locked(full=False) as head:
             return self._record({'node': None, 'from': head['status'], 'to': 'breaker_reset', 'reason': reason})
+
+    # -- the soft pre-drain's marks (:mod:`._predrain`): a document {node: mark}, written before a mark is set and after it is undone
+    def soft_marks(self):
+        """{node: mark} of the marks set on the scheduler for this run and not undone yet."""
+        doc = self.backend.read_doc(self.run_id, SOFT_MARKS_DOC) or {}
+        marks = doc.get('marks') if isinstance(doc, dict) else None
+        return dict(marks) if isinstance(marks, dict) else {}
+
+    def change_marks(self, add=None, forget=()):
+        """Record the marks ``add`` ({node: mark}) and forget those of ``forget``, under the run lock; the marks now."""
+        with self.locked(full=False):
+            marks = self.soft_marks()
+            marks.update(add or {})
+            for node in forget:
+                marks.pop(node, None)
+            self.backend.write_doc(self.run_id, SOFT_MARKS_DOC, {'run_id': self.run_id, 'marks': marks})
+        return marks
 
     # -- the run's controllers (members, :mod:`._members`): a document, not events (a heartbeat is not a change of the run)
     def members(self):

@@ -125,6 +125,19 @@ def interrupted(drain):
     return [{key: entry.get(key) for key in keys} for entry in found if isinstance(entry, dict) and entry.get('job')]
 
 
+HANDOFF_KEYS = ('labels', 'nhc_paused', 'nhc_released', 'undone', 'kept')
+
+
+def handoff_of(answer):
+    """The hand-off a scheduler step's answer reports (``node_drain_result.handoff``: the labels set and the NodeHealthChecks
+    paused by a cordon or drain; the labels put back, kept and the pauses taken back by an uncordon, a deferred drain or a
+    quarantine), or None when it reports none (Slurm, no scheduler)."""
+    found = answer.get('handoff') if isinstance(answer, dict) else None
+    if not isinstance(found, dict):
+        return None
+    return {key: found[key] for key in HANDOFF_KEYS if key in found}
+
+
 def _lists(value):
     return [_lists(item) for item in value] if isinstance(value, (list, tuple)) else value
 

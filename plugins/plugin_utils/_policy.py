@@ -48,6 +48,7 @@ DEFAULTS = {
     'gpufleet_max_fail_percentage': 0,
     'gpufleet_budget_window': True,
     'gpufleet_job_aware': True,
+    'gpufleet_predrain': True,
     'gpufleet_maintenance_window': None,
     'gpufleet_soak_seconds': 0,
     'gpufleet_retries': 0,
@@ -101,6 +102,7 @@ class Policy:
     max_fail_percentage: float | None = 0
     budget_window: bool = True         # the window never exceeds what the failure budget can still absorb
     job_aware: bool = True             # a job's nodes go together, at its declared checkpoint (the gate's job rules)
+    predrain: bool = True              # the nodes still to go carry a soft "going soon" mark (_predrain)
     maintenance_window: tuple = ()     # of Window; empty = always open
     soak_seconds: float = 0
     retries: int = 0
@@ -147,6 +149,7 @@ class Policy:
             'gpufleet_max_fail_percentage': self.max_fail_percentage,
             'gpufleet_budget_window': self.budget_window,
             'gpufleet_job_aware': self.job_aware,
+            'gpufleet_predrain': self.predrain,
             'gpufleet_maintenance_window': [w.to_dict() for w in self.maintenance_window] or None,
             'gpufleet_soak_seconds': self.soak_seconds,
             'gpufleet_retries': self.retries,
@@ -418,6 +421,7 @@ def load_policy(variables):
         max_fail_percentage=max_fail,
         budget_window=flag('gpufleet_budget_window', raw['gpufleet_budget_window']),
         job_aware=flag('gpufleet_job_aware', raw['gpufleet_job_aware']),
+        predrain=flag('gpufleet_predrain', raw['gpufleet_predrain']),
         maintenance_window=parse_maintenance_window(raw['gpufleet_maintenance_window']),
         soak_seconds=seconds('gpufleet_soak_seconds', raw['gpufleet_soak_seconds']),
         retries=whole('gpufleet_retries', raw['gpufleet_retries'], 0),

@@ -480,5 +480,7 @@ def settle(context):
         payload = _rollout.quarantine_payload(ledger.run_id, node, dict(ledger.head, nodes={node: record})) if final == 'quarantined' else None
     if payload is not None:
         context.escalate(policy.escalation, payload)
-    context.result.update(changed=bool(recorded), recorded=recorded, state=final, retry=retry,
+    # Out of the queue (final, not sent back for a retry): its "going soon" mark goes.
+    unmarked = context.soft_undo(ledger, [node]) if not retry else {}
+    context.result.update(changed=bool(recorded), recorded=recorded, state=final, retry=retry, soft_unmarked=unmarked,
                           msg='%s: %s%s' % (node, final, ('; %s' % why) if retry else ''))

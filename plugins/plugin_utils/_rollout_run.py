@@ -57,6 +57,8 @@ def summary(context):
             _pause(ledger, decision)
             pause_set = decision
         report = _rollout.summary(state)
+        final = [node for node in args['batch'] if node in state['nodes'] and state['nodes'][node]['state'] in _gate.FINAL]
+    context.soft_undo(ledger, final)
     if pause_set is not None:
         context.escalate(policy.escalation, _rollout.escalation_payload(ledger.run_id, pause_set.to_dict(), ledger.head))
     report = _files(context, ledger, spec, report)
@@ -89,6 +91,9 @@ def finish(context):
     if pause_set is not None:
         context.escalate(policy.escalation, _rollout.escalation_payload(ledger.run_id, pause_set.to_dict(), ledger.state))
     others = sorted(name for name, status in standing.items() if status == 'alive' and name != args['member'])
+    # The run ends here (finished, paused, or this controller's part done): the last controller takes back every mark the
+    # ledger records (a crashed one's too), another only its own; a resume sets them again.
+    context.soft_undo(ledger, member=None if not others else args['member'])
     if args['fleet'] and (report['status'] == 'finished' or not others):
         ledger.backend.release(args['fleet'], ledger.run_id)
     report = _files(context, ledger, spec, report)
@@ -165,5 +170,11 @@ def control(context):
             done.append(node)
         standing, held = members_now(context, ledger, state, context.ledger_spec())
         report = _rollout.summary(state, standing, held)
-    context.result.update(report, changed=True, verb=verb, nodes=done, pin=state.get('pin') or {},
+    # The soft pre-drain's marks: a run no controller runs now (crashed, paused, over) keeps none; a skipped or released node
+    # keeps none either.
+    if not any(status == 'alive' for status in standing.values()):
+        unmarked = context.soft_undo(ledger)
+    else:
+        unmarked = context.soft_undo(ledger, done) if verb in ('skip', 'release') else {}
+    context.result.update(report, changed=True, verb=verb, nodes=done, pin=state.get('pin') or {}, soft_unmarked=unmarked,
                           msg='%s %s: %s' % (verb, ', '.join(done) or 'run ' + run_id, report['message']))

@@ -292,10 +292,18 @@ def start(context):
     if args['mode'] == 'window' and policy.job_aware:
         for line in _rollout.group_warnings(scheduler.jobs, set(all_nodes), min(window, cap or window)):
             context.warn(line)
+    # The soft pre-drain: a resumed run first takes back the marks of nodes no longer pending (a crash left them); then this
+    # controller's pending nodes that no other actor holds get theirs.
+    if resume:
+        context.soft_undo(ledger, [name for name, record in state['nodes'].items() if record['state'] != _gate.PENDING])
+    marked = []
+    if policy.predrain:
+        held = scheduler.held()
+        marked = context.soft_mark(ledger, [name for name in hosts if state['nodes'][name]['state'] == _gate.PENDING and name not in held], me)
     how = ('joined (with %s)' % ', '.join(others)) if others else ('resumed' if resume else 'started')
     context.result.update(
         changed=not resume, run_id=run_id, resumed=resume, fleet=fleet, order=ordered, hosts=hosts, confirm=confirm, breaker=breaker,
-        window=window, ledger_dir=backend.path(run_id), caught=caught, mode=args['mode'], member=me, members=others,
+        window=window, ledger_dir=backend.path(run_id), caught=caught, mode=args['mode'], member=me, members=others, soft_marked=marked,
         msg='%s %s-mode run %s as controller %s: %d node(s), %d of them here to go, %d done to confirm, %s; %d quarantine(s) of earlier '
             'runs count for the circuit breaker' % (how, args['mode'], run_id, me, len(all_nodes), len(hosts) - len(confirm), len(confirm),
                                                     shown if args['mode'] == 'window' else 'in batches (serial)',

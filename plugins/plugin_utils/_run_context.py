@@ -30,6 +30,7 @@ from ansible.module_utils.urls import open_url
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _policy
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _predrain
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _shared_view
 
@@ -113,6 +114,61 @@ def read_answer(context, jobs=False):
         except Exception as exc:  # pylint: disable=broad-except
             raise GateError('reading the Kubernetes nodes: %s' % to_native(exc)) from None
     raise GateError('scheduler %r has no answer to read' % scheduler)
+
+
+def kube_api(kubeconfig):
+    """(ApiClient, CoreV1Api) of ``kubeconfig`` (the client's default when empty); GateError without the library."""
+    try:
+        from kubernetes import client as kube_client  # pylint: disable=import-outside-toplevel
+        from kubernetes import config as kube_config  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise GateError('the kubernetes Python library is needed (pip install kubernetes)') from None
+    api = kube_config.new_client_from_config(config_file=kubeconfig or None)
+    return api, kube_client.CoreV1Api(api)
+
+
+class SchedulerMarks:
+    """The soft pre-drain's reads and writes of the scheduler (:mod:`._predrain`), on the controller like the gate's reads;
+    every command and request has a time limit, no command goes through a shell."""
+
+    def __init__(self, context):
+        self.args = context.args
+
+    def slurm_weights(self):
+        text = run_command(['scontrol', 'show', 'node', '-o'], command_environment(self.args['slurm_environment']))
+        return _predrain.slurm_weights(_rollout.node_records(text))
+
+    def set_weights(self, calls):
+        environment = command_environment(self.args['slurm_environment'])
+        for weight, names in calls:
+            for name in names:
+                _slurm.check_node_name(name)
+            run_command(['scontrol', 'update', 'NodeName=%s' % ','.join(names), 'Weight=%d' % int(weight)], environment)
+
+    def _core(self):
+        try:
+            return kube_api(self.args['kubeconfig'])
+        except GateError:
+            raise
+        except Exception as exc:  # pylint: disable=broad-except
+            raise GateError('the Kubernetes client: %s' % to_native(exc)) from None
+
+    def kube_nodes(self, names):
+        api, core = self._core()
+        try:
+            items = api.sanitize_for_serialization(core.list_node(_request_timeout=COMMAND_TIMEOUT)).get('items') or []
+        except Exception as exc:  # pylint: disable=broad-except
+            raise GateError('reading the Kubernetes nodes: %s' % to_native(exc)) from None
+        wanted = set(names)
+        return {item['metadata']['name']: item for item in items if item.get('metadata', {}).get('name') in wanted}
+
+    def patch_node(self, name, operations):
+        dummy, core = self._core()
+        del dummy
+        try:
+            core.patch_node(name, operations, _request_timeout=COMMAND_TIMEOUT)
+        except Exception as exc:  # pylint: disable=broad-except
+            raise GateError('node %s: the soft pre-drain taint: %s' % (name, to_native(exc)[:500])) from None
 
 
 def fleet_of(scheduler, raw):
@@ -222,7 +278,7 @@ class RunContext:
     the injected I/O (see the module docstring)."""
 
     def __init__(self, args, task_vars, result=None, template=None, clock=None, open_backend=None, scheduler=None, send=None,
-                 answer=None, shared=None, shared_folder=None, keep=None):
+                 answer=None, shared=None, shared_folder=None, keep=None, marks=None):
         self.args = args
         self.task_vars = task_vars or {}
         self.result = {} if result is None else result
@@ -237,6 +293,9 @@ class RunContext:
         self.send = send or send_escalation
         # The member's keeper (its heartbeat in the ledger and the fleet Lease's renewal), started by the start step.
         self.keep = keep or _ledger.keep
+        # The soft pre-drain's scheduler I/O: none when a scheduler reader or answer is injected (a unit test's fake is not
+        # written to) unless a fake I/O is injected too.
+        self.marks_io = marks or (SchedulerMarks(self) if scheduler is None and answer is None else None)
 
     @property
     def host(self):
@@ -318,6 +377,36 @@ class RunContext:
         except (GateError, _rollout.RolloutError, _slurm.SlurmParseError) as exc:
             self.warn('the scheduler could not be read (%s); a capacity floor waits until it can' % exc)
             return _rollout.Fleet({}, ())
+
+    # -- the soft pre-drain (:mod:`._predrain`)
+    def soft_mark(self, ledger, nodes, member=''):
+        """Mark ``nodes`` "going soon" (recorded in the ledger first); the nodes marked. Off with gpufleet_predrain false or
+        a scheduler without marks; a failure is a warning (a preference, never a reason to stop a rollout)."""
+        scheduler = self.args['scheduler']
+        if scheduler not in _predrain.SCHEDULERS or not nodes or self.marks_io is None:
+            return []
+        try:
+            return _predrain.mark(self.marks_io, 'slurm' if scheduler == 'slurm' else 'kubernetes', ledger.soft_marks(), nodes,
+                                  ledger.run_id, member, _ledger.iso(self.clock.utcnow()), lambda new: ledger.change_marks(add=new))
+        except (GateError, _slurm.SlurmParseError, _ledger.LedgerError, OSError, ValueError) as exc:
+            self.warn('the soft pre-drain marks were not all set: %s' % to_native(exc))
+            return []
+
+    def soft_undo(self, ledger, nodes=None, member=None):
+        """Take back the recorded marks of ``nodes`` (all when None; with ``member``, only that controller's); {node: why}."""
+        if self.marks_io is None:
+            return {}
+        try:
+            marks = ledger.soft_marks()
+            chosen = [node for node, mark in marks.items() if (nodes is None or node in nodes) and (member is None or mark.get('member') == member)]
+            if not chosen:
+                return {}
+            done = _predrain.undo(self.marks_io, marks, chosen)
+            ledger.change_marks(forget=list(done))
+            return done
+        except (GateError, _slurm.SlurmParseError, _ledger.LedgerError, OSError, ValueError) as exc:
+            self.warn('the soft pre-drain marks were not all taken back (the ledger keeps them for the next try): %s' % to_native(exc))
+            return {}
 
     # -- the escalation hook
     def escalate(self, escalation, payload):

@@ -270,7 +270,7 @@ def test_uncordon_takes_back_only_what_gpufleet_added():
     assert release['taints'] == [RUNAI] and release['uncordon'] is True and release['message'] == 'node uncordoned'
     assert release['labels'] == {'gpufleet.io/state': 'done'}
     assert release['annotations'] == {'gpufleet.io/original-unschedulable': None, 'gpufleet.io/reason': None,
-                                      'gpufleet.io/added-taints': None, 'gpufleet.io/run-id': 'r2'}
+                                      'gpufleet.io/added-taints': None, 'gpufleet.io/run-id': 'r2', 'gpufleet.io/handed-off': None}
     assert release['event_message'] == 'Released by gpufleet.lifecycle (run r2): uncordoned'
     assert plan['original'] == {'unschedulable': False, 'state': 'drained', 'taints': [RUNAI, {'key': 'nvidia.com/gpu', 'effect': 'NoSchedule'}]}
 
@@ -288,7 +288,7 @@ def test_a_deferred_drain_of_a_schedulable_node_puts_it_back():
     assert restore['taints'] == [RUNAI] and restore['uncordon'] is True
     assert restore['labels'] == {'gpufleet.io/state': None}
     assert restore['annotations'] == {'gpufleet.io/original-unschedulable': None, 'gpufleet.io/reason': None,
-                                      'gpufleet.io/added-taints': None, 'gpufleet.io/run-id': None}
+                                      'gpufleet.io/added-taints': None, 'gpufleet.io/run-id': None, 'gpufleet.io/handed-off': None}
 
 
 def test_a_deferred_drain_of_a_node_gpufleet_held_restores_its_previous_marker():
@@ -296,6 +296,72 @@ def test_a_deferred_drain_of_a_node_gpufleet_held_restores_its_previous_marker()
     assert restore['uncordon'] is False and restore['taints'] == [RUNAI]
     assert restore['labels'] == {'gpufleet.io/state': 'cordoned'}
     assert restore['annotations'] == {'gpufleet.io/added-taints': '[]'}
+
+
+# ------------------------------------------------------------------ the hand-off to the node's other owners
+
+HANDOFF = ['nvsentinel', 'gpu_operator', 'nhc', 'nhc_pause']
+HANDOFF_LABELS = {'nvsentinel.dgxc.nvidia.com/managed': 'false', 'k8saas.nvidia.com/ManagedByNVSentinel': 'false',
+                  'nvidia.com/gpu-driver-upgrade.skip': 'true', 'remediation.medik8s.io/exclude-from-remediation': 'true'}
+
+
+def test_a_cordon_hands_the_node_off_and_records_each_labels_value_before():
+    def labelled(node):
+        # An operator opted the node out of NVSentinel's new label before (a copy of the real node with that label).
+        node['metadata']['labels']['nvsentinel.dgxc.nvidia.com/managed'] = 'false'
+    cordon = node_plan(nodes(labelled), NODE, action='drain', run='r', handoff=HANDOFF)['cordon']
+    assert cordon['labels'] == dict(HANDOFF_LABELS, **{'gpufleet.io/state': 'draining'})
+    before = json.loads(cordon['annotations']['gpufleet.io/handed-off'])
+    assert before == {'nvsentinel.dgxc.nvidia.com/managed': 'false', 'k8saas.nvidia.com/ManagedByNVSentinel': None,
+                      'nvidia.com/gpu-driver-upgrade.skip': None, 'remediation.medik8s.io/exclude-from-remediation': None}
+    # Only the owners asked for; none: no label and no record.
+    assert node_plan(nodes(), NODE, action='cordon', handoff=['gpu_operator'])['cordon']['labels'] == {
+        'gpufleet.io/state': 'cordoned', 'nvidia.com/gpu-driver-upgrade.skip': 'true'}
+    assert 'gpufleet.io/handed-off' not in node_plan(nodes(), NODE, action='cordon')['cordon']['annotations']
+    with pytest.raises(KubeError, match='node_drain_handoff: nvsentinal not one of'):
+        node_plan(nodes(), NODE, action='cordon', handoff=['nvsentinal'])
+
+
+def handed_off(before):
+    def change(node):
+        held_by_gpufleet()(node)
+        node['metadata']['labels'].update(HANDOFF_LABELS)
+        node['metadata']['annotations']['gpufleet.io/handed-off'] = json.dumps(before)
+    return change
+
+
+def test_the_release_puts_each_hand_off_label_back_as_it_was():
+    before = {'nvsentinel.dgxc.nvidia.com/managed': 'false', 'nvidia.com/gpu-driver-upgrade.skip': None}
+    release = node_plan(nodes(handed_off(before)), NODE, action='uncordon', run='r')['release']
+    assert release['labels'] == {'gpufleet.io/state': 'done', 'nvsentinel.dgxc.nvidia.com/managed': 'false',
+                                 'nvidia.com/gpu-driver-upgrade.skip': None}
+    assert release['annotations']['gpufleet.io/handed-off'] is None
+    assert release['handoff'] == {'undone': ['nvidia.com/gpu-driver-upgrade.skip', 'nvsentinel.dgxc.nvidia.com/managed']}
+
+
+def test_a_quarantine_keeps_the_hand_off_recorded_at_the_cordon():
+    before = {'remediation.medik8s.io/exclude-from-remediation': None}
+    cordon = node_plan(nodes(handed_off(before)), NODE, action='quarantine', handoff=['nhc'])['cordon']
+    assert json.loads(cordon['annotations']['gpufleet.io/handed-off']) == before
+    assert cordon['labels']['remediation.medik8s.io/exclude-from-remediation'] == 'true'
+
+
+def test_a_deferred_drain_hands_the_node_back():
+    restore = node_plan(nodes(), NODE, action='drain', handoff=HANDOFF)['restore']
+    assert restore['labels'] == dict({key: None for key in HANDOFF_LABELS}, **{'gpufleet.io/state': None})
+    # A node gpufleet held before this run keeps its hand-off; what this run's cordon added goes back.
+    restore = node_plan(nodes(handed_off({'nvidia.com/gpu-driver-upgrade.skip': None})), NODE, action='drain', handoff=HANDOFF)['restore']
+    assert restore['handoff']['kept'] == ['nvidia.com/gpu-driver-upgrade.skip']
+    assert restore['labels'] == {'gpufleet.io/state': 'drained', 'nvsentinel.dgxc.nvidia.com/managed': 'false',
+                                 'k8saas.nvidia.com/ManagedByNVSentinel': 'false', 'remediation.medik8s.io/exclude-from-remediation': 'true'}
+
+
+def test_an_unreadable_hand_off_record_names_the_node_and_annotation():
+    def broken(node):
+        handed_off({})(node)
+        node['metadata']['annotations']['gpufleet.io/handed-off'] = '{"a": 1}'
+    with pytest.raises(KubeError, match='node nori: annotation gpufleet.io/handed-off is not a mapping'):
+        node_plan(nodes(broken), NODE, action='uncordon')
 
 
 # ------------------------------------------------------------------ pods
