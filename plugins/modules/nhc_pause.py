@@ -10,9 +10,9 @@ module: nhc_pause
 short_description: Pause Medik8s NodeHealthCheck remediation while gpufleet holds a node
 version_added: 0.1.0
 description:
-  - With O(state=present), adds a pause request for O(node) (C(gpufleet.lifecycle&#58; NODE in flight (run RUN))) to
+  - "With O(state=present), adds a pause request for O(node) (C(gpufleet.lifecycle: NODE in flight (run RUN))) to
     C(spec.pauseRequests) of every Medik8s C(NodeHealthCheck) (C(remediation.medik8s.io/v1alpha1)) whose C(spec.selector)
-    selects the node; NodeHealthCheck starts no new remediation while it has a pause request (remediations in progress go on).
+    selects the node; NodeHealthCheck starts no new remediation while it has a pause request (remediations in progress go on)."
   - With O(state=absent), removes gpufleet's pause requests for O(node) from every NodeHealthCheck, whichever run added them;
     the requests of others are never touched.
   - A pause request pauses the whole NodeHealthCheck, not only this node (NodeHealthCheck's own design); the per-node
@@ -33,6 +33,7 @@ attributes:
     support: none
   idempotent:
     support: full
+    description: A node's pause request is added once and removed once; run again, nothing changes.
 options:
   node:
     description: The Kubernetes node's name.
@@ -60,7 +61,8 @@ options:
 requirements:
   - kubernetes (the Python client)
 seealso:
-  - role: gpufleet.lifecycle.node_drain
+  - module: gpufleet.lifecycle.slurm_node
+    description: The Slurm side of node_drain (Slurm has no such owners; its drain reason is the mark).
 '''
 
 EXAMPLES = r'''

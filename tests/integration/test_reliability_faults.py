@@ -423,13 +423,16 @@ def runs_k(fleet, tmp_path_factory):
                 found['after_first'] = backend.holder(fleet_lock)
             last = [event for event in events_of(run_dir, KILL_RUN) if event['node'] == node][-1]
             caught[phase] = {'state': last['to'], 'status': state['status'],
-                             'schedulable': schedulable(fleet, [node])[node], 'events': len(events_of(run_dir, KILL_RUN))}
+                             'schedulable': schedulable(fleet, [node])[node], 'events': len(events_of(run_dir, KILL_RUN)),
+                             'weight': slurm(fleet, node).get('Weight'),
+                             'marks': _ledger.RunLedger.open(backend, KILL_RUN).soft_marks()}
         time.sleep(1)      # the orphaned workers notice their parent is gone
         found['final'] = run(argv)
     finally:
         fleet.fleet('fault', node, 'clear')
     found.update(run_dir=run_dir, caught=caught, events=events_of(run_dir, KILL_RUN), state=state_of(run_dir, KILL_RUN),
-                 schedulable=schedulable(fleet, [node]), driver=loaded_driver(fleet, node), lock=backend.holder(fleet_lock))
+                 schedulable=schedulable(fleet, [node]), driver=loaded_driver(fleet, node), lock=backend.holder(fleet_lock),
+                 weight=slurm(fleet, node).get('Weight'), marks=_ledger.RunLedger.open(backend, KILL_RUN).soft_marks())
     resume(fleet, node)
     return found
 
@@ -456,6 +459,12 @@ def test_the_controller_killed_in_each_phase(reliability, runs_k, phase):
     assert later and later[0]['from'] == caught['state'] and 'caught' in later[0]['reason'], later[:1]
     assert runs_k['driver'] == '550.127.05' and runs_k['state']['status'] == 'finished'
     assert runs_k['lock'] is None, runs_k['lock']         # released at the end
+    # The soft pre-drain: the mark set while gpu-02 was pending (Slurm Weight 1 + 1000000), recorded in the ledger, outlives
+    # the kill (the node is caught in flight, the ledger names it) and is taken back by the resumed run: weight 1 again.
+    if phase == PHASES[0]:
+        assert (caught['marks'][node]['before'], caught['marks'][node]['set']) == (1, 1000001), caught['marks']
+        assert caught['weight'] == '1000001', caught
+    assert runs_k['weight'] == '1' and runs_k['marks'] == {}, (runs_k['weight'], runs_k['marks'])
     scenario.observed('%s; the re-run resumed the same run, re-admitted the node as caught and ran its procedure again: '
                       'rolled_back after the last kill (DCGM fails on 580), validated on 550 before it was uncordoned'
                       % ('caught in flight, the ledger written ahead of the cordon' if phase in ('admitted', 'cordoned')

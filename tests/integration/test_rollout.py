@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -628,6 +629,36 @@ def test_a_deferred_node_is_retried_up_to_gpufleet_retries(fleet, tmp_path):
     assert state['status'] == 'finished'
 
 
+class WeightWatch:
+    """Slurm's Weight of ``nodes`` read every half second while a rollout runs (a thread): {node: [weights seen, in order]}."""
+
+    def __init__(self, environment, nodes):
+        self.environment, self.nodes, self.seen = environment, nodes, {node: [] for node in nodes}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.watch, daemon=True)
+
+    def watch(self):
+        while not self.stop.is_set():
+            for node in self.nodes:
+                weight = slurm_sim.node_state(self.environment, node).get('Weight')
+                if not self.seen[node] or self.seen[node][-1] != weight:
+                    self.seen[node].append(weight)
+            self.stop.wait(0.5)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(10)
+        # The last look, once the rollout is over (the thread may have slept through its end).
+        for node in self.nodes:
+            weight = slurm_sim.node_state(self.environment, node).get('Weight')
+            if self.seen[node][-1:] != [weight]:
+                self.seen[node].append(weight)
+
+
 def test_a_multi_node_job_goes_together_at_its_checkpoint_and_is_interrupted_once(fleet, tmp_path):
     """A job on gpu-01 and gpu-02 (sbatch -N 2) declares its next checkpoint ahead: the idle gpu-03 and gpu-04 go first, then
     gpu-01 and gpu-02 together in one look, not before the checkpoint; the drain requeues the job there, once (Slurm's own
@@ -639,8 +670,9 @@ def test_a_multi_node_job_goes_together_at_its_checkpoint_and_is_interrupted_onc
     try:
         slurm_sim.poll(lambda: slurm_sim.job_state(environment, job) == 'RUNNING', 30, interval=0.2, what='job %s running' % job)
         # A failure budget that lets 2 fly (with the default of 0 one node at a time: the job's pair would wait for its end).
-        process = rollout(fleet, run_dir, gpufleet_hosts='gpu-01,gpu-02,gpu-03,gpu-04', gpufleet_window=2, gpufleet_canary=0,
-                          gpufleet_max_fail_percentage=50)
+        with WeightWatch(environment, ['gpu-01', 'gpu-02', 'gpu-03', 'gpu-04', 'gpu-05']) as weights:
+            process = rollout(fleet, run_dir, gpufleet_hosts='gpu-01,gpu-02,gpu-03,gpu-04', gpufleet_window=2, gpufleet_canary=0,
+                              gpufleet_max_fail_percentage=50)
         assert process.returncode == 0, failures(process)
         events, state = ledger(run_dir)
         info = slurm_sim.job_info(environment, job)
@@ -663,6 +695,13 @@ def test_a_multi_node_job_goes_together_at_its_checkpoint_and_is_interrupted_onc
     # The fleet report: one interruption, nothing lost after a checkpoint that just passed (the sim's jobs hold no GPUs).
     jobs = _report.build({'id': state['run_id']}, {}, _report.read_ledger(os.path.join(run_dir, state['run_id'])))['summary']['jobs']
     assert [(entry['job'], entry['interruptions'], entry['lost_unknown']) for entry in jobs] == [(job, 1, False)], jobs
+    # The soft pre-drain: each node of the run weighed 1 + 1000000 while it waited (new and requeued work prefers the nodes
+    # already upgraded and those outside the run), 1 again once done; gpu-05 (not in the run) never changed; nothing recorded
+    # is left in the ledger.
+    for node in ('gpu-01', 'gpu-02', 'gpu-03', 'gpu-04'):
+        assert weights.seen[node][-2:] == ['1000001', '1'], (node, weights.seen)
+    assert weights.seen['gpu-05'] == ['1'], weights.seen
+    assert _ledger.RunLedger.open(_ledger.FileBackend(run_dir), state['run_id']).soft_marks() == {}
 
 
 def test_the_circuit_breaker_counts_earlier_runs_until_an_operator_resets_it(fleet, tmp_path):
