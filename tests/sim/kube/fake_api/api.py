@@ -10,15 +10,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import normalise  # pylint: disable=import-error
 
-from .common import (ApiError, BY_PATH, GROUPS, KIND_TO_STORAGE, KUBE_VERSION, STATE_KEYS, bad_request, details_for, dig, invalid, method_not_allowed,
-                     namespace_not_found, not_found, path_not_found, single)
+from .common import (ApiError, BY_PATH, GROUPS, KIND_TO_STORAGE, KUBE_VERSION, RESOURCES, STATE_KEYS, bad_request, details_for, dig, invalid,
+                     method_not_allowed, namespace_not_found, not_found, path_not_found, single)
+from .custom import check_fields, check_patch_type, to_table
 from .discovery import (AGGREGATED_TYPE, aggregated, api_group, group_list, openapi_v3_document, openapi_v3_root, resource_list, wants_aggregated,
                         wants_table)
 from .events import event_from_v1, event_to_v1, validate_events_v1
 from .patch import PATCH_TYPES, json_merge, strategic_merge
-from .schema import check_fields
 from .selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
-from .tables import to_table
 
 
 class Response:
@@ -50,6 +49,13 @@ class Api:
 
     # ---------------------------------------------------------------- routing
 
+    def groups(self):
+        """(group, version) served, in priority order: the built-ins', then the installed CRDs'."""
+        return GROUPS + self.store.custom_groups()
+
+    def resources(self):
+        return RESOURCES + self.store.served_custom()
+
     def route(self, method, path, query, headers, body):
         accept = headers.get('Accept', '')
         if path in ('/healthz', '/livez', '/readyz'):
@@ -57,13 +63,13 @@ class Api:
         if path == '/version':
             return Response(200, dict(KUBE_VERSION))
         if path == '/openapi/v3':
-            return Response(200, openapi_v3_root())
+            return Response(200, openapi_v3_root(self.groups()))
         if path.startswith('/openapi/v3/'):
             parts = path[len('/openapi/v3/'):].strip('/').split('/')
             if parts == ['api', 'v1']:
                 return Response(200, openapi_v3_document('', 'v1'))
-            if len(parts) == 3 and parts[0] == 'apis' and (parts[1], parts[2]) in GROUPS:
-                return Response(200, openapi_v3_document(parts[1], parts[2]))
+            if len(parts) == 3 and parts[0] == 'apis' and (parts[1], parts[2]) in self.groups():
+                return Response(200, openapi_v3_document(parts[1], parts[2], self.resources()))
             return Response(404, '404 page not found\n', 'text/plain; charset=utf-8')
         if path in ('/api', '/api/'):
             if wants_aggregated(accept):
@@ -72,8 +78,8 @@ class Api:
                                   'serverAddressByClientCIDRs': [{'clientCIDR': '0.0.0.0/0', 'serverAddress': self.address}]})
         if path in ('/apis', '/apis/'):
             if wants_aggregated(accept):
-                return Response(200, aggregated(False), AGGREGATED_TYPE)
-            return Response(200, group_list())
+                return Response(200, aggregated(False, self.groups(), self.resources()), AGGREGATED_TYPE)
+            return Response(200, group_list(self.groups()))
         segments = [segment for segment in path.split('/') if segment]
         if not segments or segments[0] not in ('api', 'apis'):
             return Response(404, '404 page not found\n', 'text/plain; charset=utf-8')
@@ -82,19 +88,20 @@ class Api:
                 raise path_not_found()
             group, version, rest = '', 'v1', segments[2:]
         else:
-            if len(segments) == 2 and any(g == segments[1] for g, _v in GROUPS):
-                return Response(200, api_group(segments[1]))
-            if len(segments) < 3 or (segments[1], segments[2]) not in GROUPS:
+            groups = self.groups()
+            if len(segments) == 2 and any(g == segments[1] for g, _v in groups):
+                return Response(200, api_group(segments[1], groups))
+            if len(segments) < 3 or (segments[1], segments[2]) not in groups:
                 raise path_not_found()
             group, version, rest = segments[1], segments[2], segments[3:]
         if not rest:
             if method != 'GET':
                 raise method_not_allowed()
-            return Response(200, resource_list(group, version))
+            return Response(200, resource_list(group, version, self.resources()))
         namespace = None
-        if rest[0] == 'namespaces' and len(rest) >= 3 and (group, version, rest[2]) in BY_PATH and BY_PATH[(group, version, rest[2])].namespaced:
+        if rest[0] == 'namespaces' and len(rest) >= 3 and getattr(self.store.resource_at(group, version, rest[2], BY_PATH), 'namespaced', False):
             namespace, rest = rest[1], rest[2:]
-        resource = BY_PATH.get((group, version, rest[0]))
+        resource = self.store.resource_at(group, version, rest[0], BY_PATH)
         if resource is None or len(rest) > 3:
             raise path_not_found()
         name = rest[1] if len(rest) > 1 else None
@@ -180,6 +187,8 @@ class Api:
         """The object as this resource's group/version shows it."""
         if resource.group == 'events.k8s.io':
             return event_to_v1(obj)
+        if getattr(resource, 'custom', False) and obj.get('apiVersion') != resource.api_version:
+            return dict(obj, apiVersion=resource.api_version)  # conversion strategy None: only the apiVersion changes
         return obj
 
     def list(self, resource, namespace, query, table):
@@ -197,8 +206,9 @@ class Api:
         items = []
         for obj in found:
             item = copy.deepcopy(obj)
-            item.pop('kind', None)
-            item.pop('apiVersion', None)
+            if not getattr(resource, 'custom', False):  # unstructured lists keep them
+                item.pop('kind', None)
+                item.pop('apiVersion', None)
             items.append(item)
         return Response(200, {'kind': resource.list_kind, 'apiVersion': resource.api_version, 'metadata': meta, 'items': items})
 
@@ -222,13 +232,17 @@ class Api:
             if key in ('resourceVersion',) and meta.get(key):
                 raise bad_request('resourceVersion should not be set on objects to be created')
             meta.pop(key, None)
-        if resource.storage in ('pods', 'daemonsets', 'replicasets', 'statefulsets', 'poddisruptionbudgets'):
+        custom = getattr(resource, 'custom', False)
+        if resource.storage in ('pods', 'daemonsets', 'replicasets', 'statefulsets', 'poddisruptionbudgets') or (custom and 'status' in resource.subresources):
             document.pop('status', None)  # PrepareForCreate resets the status (nodes register with theirs)
+        if custom:
+            document['apiVersion'] = resource.api_version  # the version whose schema validates it
         obj = self.store.create(resource.storage, document, admit=True, dry_run=dry_run)
         return Response(201, self.present(resource, obj), headers={'Warning': warnings})
 
     def patch(self, resource, namespace, name, subresource, headers, body, dry_run, query):
         content_type = (headers.get('Content-Type') or '').split(';')[0].strip().lower()
+        check_patch_type(resource, content_type)
         function = PATCH_TYPES.get(content_type)
         if function is None:
             raise ApiError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - accepted media types include: '
@@ -413,7 +427,7 @@ class Api:
             if method == 'POST' and segments == ['objects']:
                 added = []
                 for obj in (document if isinstance(document, list) else [document]):
-                    storage = KIND_TO_STORAGE.get((obj or {}).get('kind'))
+                    storage = KIND_TO_STORAGE.get((obj or {}).get('kind')) or store.custom_storage_of(obj or {})
                     if storage is None:
                         raise bad_request('unknown kind %r' % (obj or {}).get('kind'))
                     added.append(store.add(storage, copy.deepcopy(obj)))

@@ -266,6 +266,8 @@ RESOURCES = [
     Resource('events.k8s.io', 'v1', 'events', 'Event', True, ['ev'], storage='events'),
     Resource('policy', 'v1', 'poddisruptionbudgets', 'PodDisruptionBudget', True, ['pdb'], subresources={
         'status': ('policy', 'v1', 'PodDisruptionBudget', STATUS_VERBS)}),
+    Resource('apiextensions.k8s.io', 'v1', 'customresourcedefinitions', 'CustomResourceDefinition', False, ['crd', 'crds'], ['api-extensions'],
+             subresources={'status': ('apiextensions.k8s.io', 'v1', 'CustomResourceDefinition', STATUS_VERBS)}),
 ]
 
 BY_PATH = dict(((r.group, r.version, r.plural), r) for r in RESOURCES)
@@ -280,8 +282,20 @@ for _resource in RESOURCES:
 # State file / control API keys -> storage.
 STATE_KEYS = [('namespaces', 'namespaces'), ('nodes', 'nodes'), ('daemonsets', 'daemonsets'), ('replicasets', 'replicasets'),
               ('statefulsets', 'statefulsets'), ('poddisruptionbudgets', 'poddisruptionbudgets'), ('pods', 'pods'), ('events', 'events'),
-              ('leases', 'leases'), ('configmaps', 'configmaps')]
+              ('leases', 'leases'), ('configmaps', 'configmaps'), ('customresourcedefinitions', 'customresourcedefinitions')]
 KIND_TO_STORAGE = dict((BY_STORAGE[storage].kind, storage) for _key, storage in STATE_KEYS)
+
+
+VERSION_RE = re.compile(r'^v([1-9][0-9]*)(?:(alpha|beta)([1-9][0-9]*))?$')
+
+
+def kube_version_key(version):
+    """Sort key of apimachinery's CompareKubeAwareVersionStrings: v2, v1, v1beta2, v1beta1, v1alpha1, then others by name."""
+    match = VERSION_RE.match(version)
+    if not match:
+        return (3, 0, 0, version)
+    stage = {None: 0, 'beta': 1, 'alpha': 2}[match.group(2)]
+    return (stage, -int(match.group(1)), -int(match.group(3) or 0), '')
 
 
 def dig(obj, *path):

@@ -1,16 +1,20 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Discovery documents: resource lists, API groups, aggregated discovery (apidiscovery.k8s.io/v2), OpenAPI v3."""
+"""Discovery documents: resource lists, API groups, aggregated discovery (apidiscovery.k8s.io/v2), OpenAPI v3.
+
+Each takes the resources (``resources``) and the (group, version) pairs in priority order (``groups``) to describe:
+the built-ins' by default; the API passes the store's, which add what the installed CustomResourceDefinitions serve.
+"""
 
 import uuid
 
 from .common import GROUPS, KUBE_VERSION, RESOURCES
 
 
-def resource_list(group, version):
-    resources = []
-    for resource in RESOURCES:
+def resource_list(group, version, resources=None):
+    entries = []
+    for resource in RESOURCES if resources is None else resources:
         if resource.group != group or resource.version != version:
             continue
         entry = {'name': resource.plural, 'singularName': resource.singular, 'namespaced': resource.namespaced, 'kind': resource.kind,
@@ -19,7 +23,7 @@ def resource_list(group, version):
             entry['shortNames'] = resource.short_names
         if resource.categories:
             entry['categories'] = resource.categories
-        resources.append(entry)
+        entries.append(entry)
         for name, (sub_group, sub_version, sub_kind, verbs) in sorted(resource.subresources.items()):
             entry = {'name': resource.plural + '/' + name, 'singularName': '', 'namespaced': resource.namespaced}
             if (sub_group, sub_version) != (group, version):
@@ -27,31 +31,33 @@ def resource_list(group, version):
                 entry['version'] = sub_version
             entry['kind'] = sub_kind
             entry['verbs'] = verbs
-            resources.append(entry)
-    return {'kind': 'APIResourceList', 'apiVersion': 'v1', 'groupVersion': group + '/' + version if group else version, 'resources': resources}
+            entries.append(entry)
+    return {'kind': 'APIResourceList', 'apiVersion': 'v1', 'groupVersion': group + '/' + version if group else version, 'resources': entries}
 
 
-def api_group(group):
-    versions = [{'groupVersion': group + '/' + version, 'version': version} for name, version in GROUPS if name == group]
+def api_group(group, groups=None):
+    versions = [{'groupVersion': group + '/' + version, 'version': version} for name, version in groups or GROUPS if name == group]
     return {'kind': 'APIGroup', 'apiVersion': 'v1', 'name': group, 'versions': versions, 'preferredVersion': versions[0]}
 
 
-def group_list():
+def group_list(groups=None):
+    groups = groups or GROUPS
     names = []
-    for name, _version in GROUPS:
+    for name, _version in groups:
         if name not in names:
             names.append(name)
-    groups = [api_group(name) for name in names]
-    for group in groups:
-        group.pop('kind')
-        group.pop('apiVersion')
-    return {'kind': 'APIGroupList', 'apiVersion': 'v1', 'groups': groups}
+    entries = [api_group(name, groups) for name in names]
+    for entry in entries:
+        entry.pop('kind')
+        entry.pop('apiVersion')
+    return {'kind': 'APIGroupList', 'apiVersion': 'v1', 'groups': entries}
 
 
-def aggregated(legacy):
+def aggregated(legacy, groups=None, all_resources=None):
     """apidiscovery.k8s.io/v2 APIGroupDiscoveryList for /api (legacy) or /apis."""
     items = []
-    groups = [('', 'v1')] if legacy else GROUPS
+    groups = [('', 'v1')] if legacy else groups or GROUPS
+    all_resources = RESOURCES if all_resources is None else all_resources
     names = []
     for name, _version in groups:
         if name not in names:
@@ -62,7 +68,7 @@ def aggregated(legacy):
             if group != name:
                 continue
             resources = []
-            for resource in RESOURCES:
+            for resource in all_resources:
                 if resource.group != group or resource.version != version:
                     continue
                 entry = {'resource': resource.plural, 'responseKind': {'group': group, 'version': version, 'kind': resource.kind},
@@ -86,7 +92,7 @@ def aggregated(legacy):
     return {'kind': 'APIGroupDiscoveryList', 'apiVersion': 'apidiscovery.k8s.io/v2', 'metadata': {}, 'items': items}
 
 
-def openapi_v3_document(group, version):
+def openapi_v3_document(group, version, resources=None):
     """A minimal OpenAPI v3 document for one group/version: the operations and their query parameters, no schemas.
 
     Enough for kubectl create/apply to see that the server validates fields itself (fieldValidation).
@@ -95,7 +101,7 @@ def openapi_v3_document(group, version):
                   for name in ('dryRun', 'fieldManager', 'fieldValidation', 'pretty')]
     paths = {}
     prefix = '/apis/%s/%s' % (group, version) if group else '/api/v1'
-    for resource in RESOURCES:
+    for resource in RESOURCES if resources is None else resources:
         if resource.group != group or resource.version != version:
             continue
         gvk = {'group': group, 'version': version, 'kind': resource.kind}
@@ -114,9 +120,9 @@ def openapi_v3_document(group, version):
             'components': {'schemas': {}}}
 
 
-def openapi_v3_root():
+def openapi_v3_root(groups=None):
     paths = {'api/v1': {'serverRelativeURL': '/openapi/v3/api/v1?hash=%s' % uuid.uuid5(uuid.NAMESPACE_URL, 'api/v1').hex.upper()}}
-    for group, version in GROUPS:
+    for group, version in groups or GROUPS:
         key = 'apis/%s/%s' % (group, version)
         paths[key] = {'serverRelativeURL': '/openapi/v3/%s?hash=%s' % (key, uuid.uuid5(uuid.NAMESPACE_URL, key).hex.upper())}
     return {'paths': paths}

@@ -4,7 +4,8 @@
 """The store: objects, resource versions, history for watches, create / update / delete, and the controllers' tick.
 
 What is particular to a kind lives with it: nodes.py, pods.py, disruption.py (PodDisruptionBudgets and eviction),
-workloads.py, events.py, configmaps_leases.py; ``Store`` puts them together."""
+workloads.py, events.py, configmaps_leases.py, custom.py (CustomResourceDefinitions and their objects); ``Store`` puts them
+together."""
 
 import copy
 import random
@@ -14,9 +15,10 @@ import uuid
 
 import normalise  # pylint: disable=import-error
 
-from .common import (BY_STORAGE, HISTORY_LIMIT, NAME_CHARS, REQUEST_LOG_LIMIT, SHUTDOWN_SECONDS, STATE_KEYS, already_exists, bad_request, conflict,
+from .common import (HISTORY_LIMIT, NAME_CHARS, REQUEST_LOG_LIMIT, SHUTDOWN_SECONDS, STATE_KEYS, already_exists, bad_request, conflict,
                      dig, invalid, namespace_not_found, rfc3339, terminal)
 from .configmaps_leases import ConfigMapsLeasesMixin, _decode_configmap, _decode_lease
+from .custom import CRD_STORAGE, CustomResourcesMixin
 from .disruption import DisruptionMixin
 from .events import EventsMixin
 from .nodes import NodesMixin
@@ -31,6 +33,8 @@ def decoded(resource, obj):
             _decode_configmap(obj)
         elif resource.storage == 'leases':
             _decode_lease(obj)
+        if getattr(resource, 'custom', False):
+            resource.decode(obj)
         return normalise.normalise(resource.storage, obj)
     except normalise.DecodeError as error:
         raise bad_request('%s in version "%s" cannot be handled as a %s: %s' % (resource.kind, resource.version, resource.kind, error)) from None
@@ -40,7 +44,7 @@ def decoded(resource, obj):
 # The store: objects, resource versions, history for watches, and the simulated controllers
 # --------------------------------------------------------------------------------------------
 
-class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin, ConfigMapsLeasesMixin):
+class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin, ConfigMapsLeasesMixin, CustomResourcesMixin):
     """All objects, behind one lock.  Objects are stored as JSON-ready dicts with kind and apiVersion."""
 
     def __init__(self, state=None, clock=None):
@@ -49,6 +53,7 @@ class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin,
         self.clock = clock or time.time
         self.revision = 0
         self.objects = dict((storage, {}) for _key, storage in STATE_KEYS)
+        self._init_custom()
         self.private = {}  # uid -> simulation bookkeeping that is not part of the object
         self.history = []  # (revision, type, storage, old, new)
         self.requests = []
@@ -86,13 +91,15 @@ class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin,
     def put(self, storage, obj, old=None):
         """Store a new version of an existing object (or a new one) and record the change."""
         obj['metadata']['resourceVersion'] = self.next_revision()
-        key = (obj['metadata'].get('namespace', '') if BY_STORAGE[storage].namespaced else '', obj['metadata']['name'])
+        key = (obj['metadata'].get('namespace', '') if self.resource_of(storage).namespaced else '', obj['metadata']['name'])
         self.objects[storage][key] = obj
         self._record('MODIFIED' if old is not None else 'ADDED', storage, old, copy.deepcopy(obj))
+        if storage == CRD_STORAGE:
+            self.sync_custom()
         return obj
 
     def remove(self, storage, obj):
-        key = (obj['metadata'].get('namespace', '') if BY_STORAGE[storage].namespaced else '', obj['metadata']['name'])
+        key = (obj['metadata'].get('namespace', '') if self.resource_of(storage).namespaced else '', obj['metadata']['name'])
         old = self.objects[storage].pop(key, None)
         if old is None:
             return None
@@ -101,6 +108,8 @@ class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin,
         old['metadata']['resourceVersion'] = str(self.revision)
         self.private.pop(old['metadata'].get('uid'), None)
         self._record('DELETED', storage, old, old)
+        if storage == CRD_STORAGE:
+            self.sync_custom()
         return old
 
     def log_request(self, entry):
@@ -120,6 +129,7 @@ class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin,
                     self._implied_controllers(objects)
                 for obj in objects:
                     self.add(storage, copy.deepcopy(obj))
+            self.load_custom(state)
 
     def _implied_controllers(self, pods):
         """ReplicaSets and StatefulSets that pods of a state document name but that it does not list: as many replicas as pods."""
@@ -153,14 +163,15 @@ class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin,
         """Add an object as the cluster already has it (no admission checks; defaults filled like the real components)."""
         with self.lock:
             namespace = dig(obj, 'metadata', 'namespace')
-            if BY_STORAGE[storage].namespaced:
+            resource = self.resource_of(storage)
+            if resource.namespaced:
                 namespace = namespace or 'default'
                 obj.setdefault('metadata', {})['namespace'] = namespace
                 if self.get('namespaces', '', namespace) is None:
                     self.create('namespaces', {'metadata': {'name': namespace}}, admit=False)
             if storage == 'pods':
                 self._link_owners(obj)
-            existing = self.get(storage, namespace if BY_STORAGE[storage].namespaced else '', dig(obj, 'metadata', 'name'))
+            existing = self.get(storage, namespace if resource.namespaced else '', dig(obj, 'metadata', 'name'))
             if existing is not None:
                 self.remove(storage, existing)
             return self.create(storage, obj, admit=False)
@@ -190,6 +201,7 @@ class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin,
             document = {}
             for key, storage in STATE_KEYS:
                 document[key] = [copy.deepcopy(self.with_status(storage, obj)) for obj in self.items(storage)]
+            document['customresources'] = self.dump_custom()
             document['resourceVersion'] = str(self.revision)
             return document
 
@@ -197,10 +209,10 @@ class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin,
 
     def create(self, storage, obj, admit=True, dry_run=False):
         """Create an object: system fields, defaults, admission (when admit) and the first status."""
-        resource = BY_STORAGE[storage]
+        resource = self.resource_of(storage, obj.get('apiVersion'))  # a custom resource is validated as the version it came in
         now = self.now()
         meta = obj.setdefault('metadata', {})
-        obj['apiVersion'] = resource.api_version
+        obj['apiVersion'] = self.resource_of(storage).api_version
         obj['kind'] = resource.kind
         if not meta.get('name') and meta.get('generateName'):
             meta['name'] = meta['generateName'] + ''.join(random.choice(NAME_CHARS) for dummy in range(5))
@@ -221,7 +233,7 @@ class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin,
         meta['creationTimestamp'] = meta.get('creationTimestamp') or rfc3339(now)
         meta.pop('resourceVersion', None)
         meta.pop('selfLink', None)
-        if storage in ('daemonsets', 'replicasets', 'statefulsets', 'poddisruptionbudgets', 'pods'):
+        if storage in ('daemonsets', 'replicasets', 'statefulsets', 'poddisruptionbudgets', 'pods', CRD_STORAGE) or getattr(resource, 'custom', False):
             meta['generation'] = meta.get('generation') or 1
         decoded(resource, obj)
         getattr(self, '_default_' + storage, lambda obj, admit, now: None)(obj, admit, now)
@@ -258,6 +270,10 @@ class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin,
             self._validate_configmap(obj, old, causes)
         elif storage == 'leases':
             self._validate_leases(obj, causes)
+        elif storage == CRD_STORAGE:
+            self._validate_customresourcedefinitions(obj, old, causes)
+        elif getattr(resource, 'custom', False):
+            causes.extend(resource.causes(obj))
         if old is not None:
             if obj['metadata'].get('uid') != old['metadata'].get('uid'):
                 causes.append(('FieldValueInvalid', 'metadata.uid', 'Invalid value: "%s": field is immutable' % obj['metadata'].get('uid')))
@@ -296,13 +312,17 @@ class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin,
             else:
                 kept.pop('status', None)
             new = kept
-        elif storage in ('nodes', 'pods', 'namespaces', 'daemonsets', 'replicasets', 'statefulsets', 'poddisruptionbudgets'):
+        elif storage in ('nodes', 'pods', 'namespaces', 'daemonsets', 'replicasets', 'statefulsets', 'poddisruptionbudgets', CRD_STORAGE) or \
+                (getattr(resource, 'custom', False) and 'status' in resource.subresources):
             if 'status' in old:
                 new['status'] = copy.deepcopy(old['status'])
             else:
                 new.pop('status', None)
-        if storage in ('daemonsets', 'replicasets', 'statefulsets', 'poddisruptionbudgets', 'pods') and subresource != 'status':
+        if storage in ('daemonsets', 'replicasets', 'statefulsets', 'poddisruptionbudgets', 'pods', CRD_STORAGE) and subresource != 'status':
             if new.get('spec') != old.get('spec'):
+                meta['generation'] = old_meta.get('generation', 1) + 1
+        if getattr(resource, 'custom', False) and subresource != 'status':
+            if dict(new, metadata=None) != dict(old, metadata=None):  # any change but to metadata (customResourceStrategy)
                 meta['generation'] = old_meta.get('generation', 1) + 1
         if storage == 'nodes':
             spec = new.setdefault('spec', {})
@@ -334,6 +354,8 @@ class Store(NodesMixin, PodsMixin, DisruptionMixin, WorkloadsMixin, EventsMixin,
         if preconditions.get('resourceVersion') and preconditions['resourceVersion'] != meta.get('resourceVersion'):
             raise conflict(resource, meta['name'], 'Precondition failed: ResourceVersion in precondition: %s, ResourceVersion in object meta: %s'
                            % (preconditions['resourceVersion'], meta.get('resourceVersion')))
+        if storage == CRD_STORAGE:
+            return self.delete_crd(obj, dry_run), False
         if storage != 'pods':
             if dry_run:
                 return obj, True
