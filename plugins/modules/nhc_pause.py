@@ -100,6 +100,7 @@ selecting:
   elements: str
 '''
 
+import json
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -118,6 +119,29 @@ else:
     KUBERNETES_IMPORT_ERROR = None
 
 ATTEMPTS = 5
+JSON_PATCH = 'application/json-patch+json'
+
+
+def json_patch(call, *arguments, **settings):
+    """``call`` (a client's patch method) with a JSON patch: the client generated since version 33 sends a merge patch
+    unless told (``_content_type``); the earlier ones choose the JSON patch for a list body themselves."""
+    try:
+        return call(*arguments, _content_type=JSON_PATCH, **settings)
+    except TypeError:
+        return call(*arguments, **settings)
+
+
+def failure_text(exc):
+    """An API error in one line: its status, reason and the Status message (no response headers)."""
+    status, reason, body = getattr(exc, 'status', None), getattr(exc, 'reason', None), getattr(exc, 'body', None)
+    if status is None:
+        return to_native(exc)
+    message = body
+    try:
+        message = json.loads(body).get('message') or body
+    except (TypeError, ValueError, AttributeError):
+        pass
+    return '%s %s: %s' % (status, reason or '', to_native(message or ''))
 
 
 def _items(custom, timeout):
@@ -157,7 +181,7 @@ def run(module, custom, core):
         for name, operations in todo:
             if not module.check_mode:
                 try:
-                    custom.patch_cluster_custom_object(_nhc.GROUP, _nhc.VERSION, _nhc.PLURAL, name, operations, _request_timeout=timeout)
+                    json_patch(custom.patch_cluster_custom_object, _nhc.GROUP, _nhc.VERSION, _nhc.PLURAL, name, operations, _request_timeout=timeout)
                 except ApiException as exc:
                     # 422: the resourceVersion test failed (changed meanwhile), 409: a conflict; read again.
                     if getattr(exc, 'status', None) in (409, 422):
@@ -192,7 +216,7 @@ def main():
         result = run(module, kube_client.CustomObjectsApi(api), kube_client.CoreV1Api(api))
     except Exception as exc:  # pylint: disable=broad-except
         # The client's configuration errors, the API's answers, an unreadable NodeHealthCheck: one failure naming the node.
-        module.fail_json(msg='node %s: NodeHealthCheck pause: %s' % (module.params['node'], to_native(exc)[:1000]))
+        module.fail_json(msg='node %s: NodeHealthCheck pause: %s' % (module.params['node'], failure_text(exc)[:1000]))
     module.exit_json(**result)
 
 

@@ -166,7 +166,11 @@ class SchedulerMarks:
         dummy, core = self._core()
         del dummy
         try:
-            core.patch_node(name, operations, _request_timeout=COMMAND_TIMEOUT)
+            try:
+                core.patch_node(name, operations, _request_timeout=COMMAND_TIMEOUT, _content_type='application/json-patch+json')
+            except TypeError:
+                # A client before version 33 has no _content_type: it sends a list body as a JSON patch itself.
+                core.patch_node(name, operations, _request_timeout=COMMAND_TIMEOUT)
         except Exception as exc:  # pylint: disable=broad-except
             raise GateError('node %s: the soft pre-drain taint: %s' % (name, to_native(exc)[:500])) from None
 

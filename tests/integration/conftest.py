@@ -332,7 +332,7 @@ def run_molecule(scenario, state_dir):
 # started last would run alone at the end, the short ones after them fill the workers evenly.
 FIRST = ('test_node_upgrade.py', 'test_reliability_faults.py', 'test_rollout.py', 'test_gpu_stack.py',
          'test_node_drain.py', 'test_node_shapes.py', 'test_multi_controller.py', 'test_gpu_stack_molecule.py',
-         'test_sim_fleet.py', 'test_sim_molecule.py')
+         'test_sim_fleet.py', 'test_sim_molecule.py', 'test_reliability_kube.py')
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -13,11 +13,10 @@ timeout, no BMC, a short drain timeout); the policy comes as extra variables.
     runs K (gpu-02, pin 580, DCGM failing on 580): ansible-playbook killed with SIGKILL in each phase, re-run each time
     runs L (gpu-04, gpu-06, gpu-10, reboot only): the ledger's file system full, then read-only, mid-run
     run S (gpu-07..09, reboot only): slurmctld stopped mid-run
-    runs P, A (Kubernetes, the fake API server for the same nodes, reboot only): a drain a PodDisruptionBudget blocks
-        (gpu-01); the API server stopped mid-run (gpu-03, gpu-10)
+
+The Kubernetes scenarios (the fake API server as the scheduler) are test_reliability_kube.py, on a fleet of their own.
 """
 
-import datetime
 import json
 import os
 import signal
@@ -33,10 +32,9 @@ sys.path.insert(0, os.path.join(SIM, 'slurm'))
 
 sys.path.insert(0, SIM)
 
-import kube_fleet  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import slurm_sim  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
-from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger, _report, _rollout  # noqa: E402
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _ledger, _rollout  # noqa: E402
 
 FLEET_STATE = os.path.join(ROOT, 'build', 'sim-faults')
 ROLLING_RESTART = os.path.join(ROOT, 'playbooks', 'rolling_restart.yml')
@@ -218,38 +216,6 @@ def node_scenario(reliability, run_n, node, expected):
     reliability.check_schedulable(states, run_n['schedulable'])
     assert states[node] == expected, (node, states[node], run_n['state']['nodes'][node]['reason'], run_n['stdout'][-3000:])
     return scenario, run_n['state']['nodes'][node], result_of(run_n['run_dir'], run_n['state']['run_id'], node)
-
-
-def test_a_multi_node_workload_goes_together_at_its_checkpoint_and_is_evicted_once(fleet, kube, tmp_path):
-    """A JobSet's two pods on gpu-05 and gpu-06 (its labels, a checkpoint annotation ahead), the idle gpu-07 beside them, window
-    2 (Kubernetes, fake API server): gpu-07 goes first, then gpu-05 and gpu-06 together in one look, not before the checkpoint;
-    each drain evicts its pod and records the JobSet, the group the same on both (one interruption, the report's rule). First
-    in this module: the fleet's nodes as they came up (the fault runs below leave theirs changed)."""
-    state_dir, kubeconfig = kube
-    checkpoint = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=20)
-    labels = {'jobset.sigs.k8s.io/jobset-name': 'llm', 'batch.kubernetes.io/job-name': 'llm-workers-0'}
-    owner = {'apiVersion': 'batch/v1', 'kind': 'Job', 'name': 'llm-workers-0'}
-    pods = [kube_fleet.add_long_pod(state_dir, node, 3600, labels=labels, owner=owner,
-                                    annotations={'gpufleet.io/checkpoint': checkpoint.isoformat()}) for node in ('gpu-05', 'gpu-06')]
-    run_dir = str(tmp_path / 'runs')
-    process = run(command(inventory(fleet, str(tmp_path)), run_dir, ['gpu-05', 'gpu-06', 'gpu-07'], gpufleet_window=2,
-                          gpufleet_scheduler='kubernetes', gpufleet_kubeconfig=kubeconfig))
-    assert process.returncode == 0, failures(process)
-    state = state_of(run_dir)
-    assert {node: record['state'] for node, record in state['nodes'].items()} == dict.fromkeys(('gpu-05', 'gpu-06', 'gpu-07'), 'done')
-    at = {node: datetime.datetime.fromisoformat(record['admitted_at']) for node, record in state['nodes'].items()}
-    assert min(at['gpu-05'], at['gpu-06']) >= checkpoint and at['gpu-07'] < min(at['gpu-05'], at['gpu-06']), (at, checkpoint)
-    assert state['nodes']['gpu-05']['group'] == state['nodes']['gpu-06']['group'] == ['gpu-05', 'gpu-06']
-    for node in ('gpu-05', 'gpu-06'):
-        assert [(entry['job'], entry['kind'], entry['gpus']) for entry in state['nodes'][node]['interrupted']] == [
-            ('JobSet ml/llm', 'evicted', 8)], state['nodes'][node]
-    assert state['nodes']['gpu-07'].get('interrupted') == []
-    # The fleet report's rule: one interruption of the JobSet (its group drained together), its 16 GPUs.
-    run_id = [name for name in os.listdir(run_dir) if name != 'locks'][0]
-    jobs = _report.build({'id': run_id}, {}, _report.read_ledger(os.path.join(run_dir, run_id)))['summary']['jobs']
-    assert [(job['job'], job['interruptions'], job['nodes']) for job in jobs] == [('JobSet ml/llm', 1, ['gpu-05', 'gpu-06'])], jobs
-    listing = json.loads(kubectl(kubeconfig, 'get', 'pods', '-n', 'ml', '-o', 'json').stdout)
-    assert not [pod for pod in listing['items'] if 'ml/' + pod['metadata']['name'] in pods]      # both evicted by the drains
 
 
 def test_never_returns_from_its_reboot(reliability, run_n):
@@ -632,81 +598,3 @@ def test_slurmctld_gone_mid_run(reliability, run_s):
     scenario.observed('the gate asked again with a doubling pause, then paused the run (rule scheduler) and admitted nothing more: '
                       'the waiting nodes stay pending, untouched; the node in flight could not be uncordoned and is quarantined, '
                       'still drained; the run ends paused and a re-run resumes it')
-
-
-# ------------------------------------------------------------------------------------------------ Kubernetes
-
-@pytest.fixture(scope='module')
-def kube(fleet):
-    """The fake Kubernetes API server for the fleet's nodes (the nodes' own scheduler in these runs); stopped at the end."""
-    state_dir = os.path.join(FLEET_STATE, 'kube')
-    kube_fleet.stop_fleet(state_dir)
-    yield state_dir, kube_fleet.serve_fleet(state_dir, fleet.nodes)
-    kube_fleet.stop_fleet(state_dir)
-
-
-def kubectl(kubeconfig, *arguments, stdin=None):
-    return subprocess.run(['kubectl'] + list(arguments), env=dict(os.environ, KUBECONFIG=kubeconfig), input=stdin,
-                          capture_output=True, text=True, check=True, timeout=60)
-
-
-def kube_schedulable(kubeconfig, nodes):
-    listing = json.loads(kubectl(kubeconfig, 'get', 'nodes', '-o', 'json').stdout)
-    return {item['metadata']['name']: not item['spec'].get('unschedulable') for item in listing['items'] if item['metadata']['name'] in nodes}
-
-
-def test_a_drain_blocked_by_a_pod_disruption_budget(reliability, fleet, kube, tmp_path):
-    scenario = reliability.scenario('scheduler fault', 'a drain blocked by a PodDisruptionBudget',
-                                    injected='a training pod on gpu-01 and a PodDisruptionBudget minAvailable 1 over it '
-                                             '(Kubernetes, fake API server); gpufleet_drain_timeout 5')
-    state_dir, kubeconfig = kube
-    pod = kube_fleet.add_long_pod(state_dir, 'gpu-01', 3600)
-    budget = {'apiVersion': 'policy/v1', 'kind': 'PodDisruptionBudget', 'metadata': {'name': 'train-gpu-01', 'namespace': 'ml'},
-              'spec': {'minAvailable': 1, 'selector': {'matchLabels': {'app': 'train'}}}}
-    kubectl(kubeconfig, 'apply', '-f', '-', stdin=json.dumps(budget))
-    run_dir = str(tmp_path / 'runs')
-    process = run(command(inventory(fleet, str(tmp_path), {'gpu-01': {'gpufleet_drain_timeout': 5}}), run_dir, ['gpu-01'],
-                          gpufleet_window=1, gpufleet_scheduler='kubernetes', gpufleet_kubeconfig=kubeconfig))
-    assert process.returncode == 0, failures(process)
-    states = reliability.check_rollout(run_dir, gpus_per_node=GPUS)
-    record = state_of(run_dir)['nodes']['gpu-01']
-    assert states == {'gpu-01': 'deferred'}, record
-    assert 'disruption budget' in record['reason'] or pod.split('/')[1] in record['reason'], record
-    assert kube_schedulable(kubeconfig, ['gpu-01']) == {'gpu-01': True}       # uncordoned: put back as it was
-    kubectl(kubeconfig, 'get', 'pod', '-n', 'ml', pod.split('/')[1])         # the pod was never evicted
-    kubectl(kubeconfig, 'delete', 'pdb', '-n', 'ml', 'train-gpu-01')
-    scenario.observed('deferred when the drain timed out, the pod named; the node uncordoned as it was and the pod kept running')
-
-
-def test_the_kubernetes_api_gone_mid_run(reliability, fleet, kube, tmp_path):
-    scenario = reliability.scenario('scheduler fault', 'the Kubernetes API gone mid-run',
-                                    injected='the fake API server stopped while the first of gpu-03, gpu-10 reboots (window 1); '
-                                             'gpufleet_scheduler_timeout 5')
-    state_dir, kubeconfig = kube
-    run_dir = str(tmp_path / 'runs')
-    output = str(tmp_path / 'run.log')
-    process = start(command(inventory(fleet, str(tmp_path)), run_dir, ['gpu-03', 'gpu-10'], gpufleet_window=1, gpufleet_scheduler='kubernetes',
-                            gpufleet_kubeconfig=kubeconfig, gpufleet_scheduler_timeout=5), output)
-    try:
-        node = poll(lambda: [event['node'] for event in events_of(run_dir) if event['to'] == 'rebooting'], 900, 'a node rebooting')[0]
-        kube_fleet.stop_fleet(state_dir)
-        process.wait(timeout=1800)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    with open(output, encoding='utf-8') as handle:
-        stdout = handle.read()
-    with open(os.path.join(state_dir, 'saved.json'), encoding='utf-8') as handle:
-        saved = json.load(handle)
-    cordoned = {item['metadata']['name']: bool(item['spec'].get('unschedulable')) for item in saved['nodes']}
-    state = state_of(run_dir)
-    other = ({'gpu-03', 'gpu-10'} - {node}).pop()
-    assert process.returncode != 0 and 'rollout paused' in stdout and 'did not answer' in stdout, stdout[-4000:]
-    assert state['status'] == 'paused' and state['pause']['rule'] == 'scheduler', state['pause']
-    states = reliability.check_rollout(run_dir, gpus_per_node=GPUS, stopped=True)
-    reliability.check_schedulable(states, {name: not cordoned[name] for name in states})
-    assert states == {node: 'quarantined', other: 'pending'}, (states, state['nodes'][node]['reason'])
-    scenario.observed('the gate asked again with a doubling pause, then paused the run (rule scheduler) and admitted nothing more: '
-                      'the waiting node stays pending, not cordoned; the node in flight could not be uncordoned and is quarantined, '
-                      'still cordoned; the run ends paused and a re-run resumes it')

@@ -660,15 +660,18 @@ class WeightWatch:
 
 
 def test_a_multi_node_job_goes_together_at_its_checkpoint_and_is_interrupted_once(fleet, tmp_path):
-    """A job on gpu-01 and gpu-02 (sbatch -N 2) declares its next checkpoint ahead: the idle gpu-03 and gpu-04 go first, then
+    """A job on gpu-01 and gpu-02 (sbatch -N 2) declares its next checkpoint ahead: gpu-03 and gpu-04 go first, then
     gpu-01 and gpu-02 together in one look, not before the checkpoint; the drain requeues the job there, once (Slurm's own
-    restart count), and the ledger records that interruption with the group's nodes."""
+    restart count), and the ledger records that interruption with the group's nodes. A short job on gpu-03 and gpu-04 that
+    declares nothing: its pair goes together and the drains wait for it to end, never interrupted (Restarts=0)."""
     environment = fleet.vars['gpufleet_slurm_environment']
     run_dir = str(tmp_path / 'runs')
     checkpoint = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=25)
     job = slurm_sim.submit_job(environment, ['gpu-01', 'gpu-02'], 900, name='llm', comment='gpufleet.io/checkpoint=' + checkpoint.isoformat())
+    short = slurm_sim.submit_job(environment, ['gpu-03', 'gpu-04'], 12, name='eval')
     try:
-        slurm_sim.poll(lambda: slurm_sim.job_state(environment, job) == 'RUNNING', 30, interval=0.2, what='job %s running' % job)
+        for each in (job, short):
+            slurm_sim.poll(lambda each=each: slurm_sim.job_state(environment, each) == 'RUNNING', 30, interval=0.2, what='job %s running' % each)
         # A failure budget that lets 2 fly (with the default of 0 one node at a time: the job's pair would wait for its end).
         with WeightWatch(environment, ['gpu-01', 'gpu-02', 'gpu-03', 'gpu-04', 'gpu-05']) as weights:
             process = rollout(fleet, run_dir, gpufleet_hosts='gpu-01,gpu-02,gpu-03,gpu-04', gpufleet_window=2, gpufleet_canary=0,
@@ -676,8 +679,9 @@ def test_a_multi_node_job_goes_together_at_its_checkpoint_and_is_interrupted_onc
         assert process.returncode == 0, failures(process)
         events, state = ledger(run_dir)
         info = slurm_sim.job_info(environment, job)
+        short_info = slurm_sim.job_info(environment, short)
     finally:
-        slurm_sim.run_client(environment, ['scancel', job], check=False)
+        slurm_sim.run_client(environment, ['scancel', job, short], check=False)
     assert {node: record['state'] for node, record in state['nodes'].items()} == dict.fromkeys(('gpu-01', 'gpu-02', 'gpu-03', 'gpu-04'), 'done')
     admitted = {event['node']: event for event in admissions(events)}
     at = {node: datetime.datetime.fromisoformat(event['time']) for node, event in admitted.items()}
@@ -685,6 +689,10 @@ def test_a_multi_node_job_goes_together_at_its_checkpoint_and_is_interrupted_onc
     assert abs((at['gpu-01'] - at['gpu-02']).total_seconds()) < 2, at           # one look admitted both
     assert max(at['gpu-03'], at['gpu-04']) < min(at['gpu-01'], at['gpu-02']), at
     assert state['nodes']['gpu-01']['group'] == state['nodes']['gpu-02']['group'] == ['gpu-01', 'gpu-02']
+    # The job that declares nothing: its nodes together, waited for by the drains, ended by itself.
+    assert state['nodes']['gpu-03']['group'] == state['nodes']['gpu-04']['group'] == ['gpu-03', 'gpu-04']
+    assert abs((at['gpu-03'] - at['gpu-04']).total_seconds()) < 2, at
+    assert (short_info['JobState'], short_info['Restarts']) == ('COMPLETED', '0'), short_info
     assert state['nodes']['gpu-02']['jobs'] == [job]
     assert max(len(flying) for _event, flying in in_flight_over_time(events)) <= 2
     # Interrupted once: requeued by one drain of the group (Slurm counts one restart), recorded on that node's final event.
