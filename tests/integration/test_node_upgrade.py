@@ -69,6 +69,19 @@ def slurm(fleet, node):
     return slurm_sim.node_state(fleet.vars['gpufleet_slurm_environment'], node)
 
 
+def weights_set(fleet, node):
+    """The weights slurmctld's own log says were set on ``node`` (its ``_update_node_weight`` lines), in order."""
+    path = os.path.join(slurm_sim.state_dir_of(fleet.vars['gpufleet_slurm_environment']), 'log', 'slurmctld.log')
+    found = []
+    with open(path, encoding='utf-8', errors='replace') as handle:
+        for line in handle:
+            if '_update_node_weight: nodes ' in line:
+                names, weight = line.split('_update_node_weight: nodes ', 1)[1].split(' weight set to: ')
+                if node in names.split(','):
+                    found.append(weight.strip())
+    return found
+
+
 def loaded_driver(fleet, node):
     return json.loads(fleet.node_exec(node, 'cat', '/run/gpufleet-sim/boot.json').stdout)
 
@@ -266,6 +279,10 @@ def test_converge_only_the_drifted_then_roll_back(fleet, tmp_path, mode):
     assert (state['mode'], state['status'], state['nodes'][node]['state']) == (mode, 'finished', 'done'), state
     assert [event['to'] for event in events if event['node'] == node][:2] == ['admitted', 'cordoned']
     assert all(state['pin'][name] == version for name, version in PIN_580.items()), state['pin']     # the recorded pin
+    # The soft pre-drain in either mode: weighed 1 + 1000000 while it waited, 1 again once done (slurmctld's own log), nothing
+    # left recorded in the ledger.
+    assert weights_set(fleet, node)[-2:] == ['1000001', '1'] and slurm(fleet, node)['Weight'] == '1', weights_set(fleet, node)
+    assert RunLedger.open(FileBackend(str(tmp_path / 'runs-converge')), state['run_id']).soft_marks() == {}
 
     again = play(CONVERGE, second, 'again')
     assert again.rc == 0, failures(again)

@@ -222,8 +222,8 @@ def test_a_controller_killed_with_a_node_in_flight_leaves_nothing_the_ledger_can
     marks = _ledger.RunLedger.open(_ledger.FileBackend(run_dir), KILL_RUN).soft_marks()
     # In flight at the kill (drained or rebooting): handed off (labels, the pause request), its mark recorded; gpu-05 waits
     # marked, not handed off.
-    assert ledger_states(run_dir, KILL_RUN) == {'gpu-04': ledger_states(run_dir, KILL_RUN)['gpu-04'], 'gpu-05': 'pending'}
-    assert ledger_states(run_dir, KILL_RUN)['gpu-04'] in _ledger.IN_FLIGHT
+    at_kill = {node: record['state'] for node, record in state_of(run_dir, KILL_RUN)['nodes'].items()}
+    assert at_kill['gpu-04'] in _ledger.IN_FLIGHT and at_kill['gpu-05'] == 'pending', at_kill
     assert killed['gpu-04'] == (HANDOFF_LABELS, True, True) and killed['gpu-05'] == ({}, True, False), killed
     assert sorted(marks) == ['gpu-04', 'gpu-05'] and requests[0] == ADMIN_PAUSE, (marks, requests)
     again = run(argv)
