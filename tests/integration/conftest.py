@@ -329,10 +329,11 @@ def run_molecule(scenario, state_dir):
 # modules i and i + N (N workers, 4 by default). So the four longest come first and the 5th to 8th are the next ones
 # that pair with them to about the same sum (a cold run of issue 27: node_upgrade 1,272 s + node_drain 172, reliability_faults
 # 1,105 + node_shapes 327, rollout 1,048 + multi_controller 388, gpu_stack 1,117 + its molecule scenario 306); a long module
-# started last would run alone at the end, the short ones after them fill the workers evenly.
+# started last would run alone at the end, the short ones after them fill the workers evenly. The Kubernetes faults
+# (test_reliability_kube.py, about 3 minutes) are the first module the first free worker takes, beside the Slurm faults.
 FIRST = ('test_node_upgrade.py', 'test_reliability_faults.py', 'test_rollout.py', 'test_gpu_stack.py',
          'test_node_drain.py', 'test_node_shapes.py', 'test_multi_controller.py', 'test_gpu_stack_molecule.py',
-         'test_sim_fleet.py', 'test_sim_molecule.py', 'test_reliability_kube.py')
+         'test_reliability_kube.py', 'test_sim_fleet.py', 'test_sim_molecule.py')
 
 
 def pytest_collection_modifyitems(session, config, items):
