@@ -39,6 +39,7 @@ class Clock(_run_context.Clock):
     def parent(self):
         return os.getpid()
 
+
 SLURM = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'real-outputs', 'slurm')
 FOUR_NODES = 'scontrol_show_node_slurm17.11_4nodes-gpu-m60x8-rtx2080x4-quadro_IDLE+DRAIN_irush-cs-slurm-scripts.txt'
 NODES = ['n1', 'n2', 'n3']
