@@ -14,6 +14,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -192,6 +193,34 @@ FINAL_STATES = ('done', 'rolled_back', 'quarantined', 'deferred', 'left_alone')
 def admissions(events):
     """The ledger's admission events, in order."""
     return [event for event in events if event['node'] and event['to'] == 'admitted']
+
+
+class Sampler:
+    """``sample()`` called every ``interval`` seconds in a thread while a ``with`` block runs (a rollout), and once more after
+    it (the thread may have slept through its end); what to keep is the subclass's."""
+
+    interval = 0.5
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self):
+        raise NotImplementedError
+
+    def _loop(self):
+        while not self.stop.is_set():
+            self.sample()
+            self.stop.wait(self.interval)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(10)
+        self.sample()
 
 
 def in_flight_over_time(events):

@@ -22,13 +22,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 
 import pytest
 
-from conftest import ROOT, SIM, fleet_up
+from conftest import ROOT, SIM, Sampler, fleet_up
 from test_reliability_faults import GPUS, command, events_of, failures, inventory, poll, run, start, state_of
 
 sys.path.insert(0, SIM)
@@ -108,29 +107,20 @@ def ledger_states(run_dir, run_id=None):
     return states
 
 
-class Watch:
+class Watch(Sampler):
     """Samples (ledger states before, what the API holds, ledger states after) every 0.3 s while a rollout runs."""
 
+    interval = 0.3
+
     def __init__(self, state_dir, run_dir, run_id=None):
+        super().__init__()
         self.state_dir, self.run_dir, self.run_id = state_dir, run_dir, run_id
         self.samples = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.watch, daemon=True)
 
-    def watch(self):
-        while not self.stop.is_set():
-            before = ledger_states(self.run_dir, self.run_id)
-            view, _requests = api_view(self.state_dir)
-            self.samples.append((before, view, ledger_states(self.run_dir, self.run_id)))
-            self.stop.wait(0.3)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(10)
+    def sample(self):
+        before = ledger_states(self.run_dir, self.run_id)
+        view, _requests = api_view(self.state_dir)
+        self.samples.append((before, view, ledger_states(self.run_dir, self.run_id)))
 
     def check(self, nodes, preset=None):
         """The hand-off (labels, pause request) only on a node in flight, in every sample; each node seen handed off, and

@@ -21,12 +21,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
-from conftest import ROOT, SIM, admissions, ansible_environment, fleet_up, in_flight_over_time
+from conftest import ROOT, SIM, Sampler, admissions, ansible_environment, fleet_up, in_flight_over_time
 
 sys.path.insert(0, os.path.join(SIM, 'slurm'))
 sys.path.insert(0, os.path.join(SIM, 'kube'))
@@ -629,30 +628,14 @@ def test_a_deferred_node_is_retried_up_to_gpufleet_retries(fleet, tmp_path):
     assert state['status'] == 'finished'
 
 
-class WeightWatch:
-    """Slurm's Weight of ``nodes`` read every half second while a rollout runs (a thread): {node: [weights seen, in order]}."""
+class WeightWatch(Sampler):
+    """Slurm's Weight of ``nodes`` read every half second while a rollout runs: {node: [weights seen, in order]}."""
 
     def __init__(self, environment, nodes):
+        super().__init__()
         self.environment, self.nodes, self.seen = environment, nodes, {node: [] for node in nodes}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.watch, daemon=True)
 
-    def watch(self):
-        while not self.stop.is_set():
-            for node in self.nodes:
-                weight = slurm_sim.node_state(self.environment, node).get('Weight')
-                if not self.seen[node] or self.seen[node][-1] != weight:
-                    self.seen[node].append(weight)
-            self.stop.wait(0.5)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(10)
-        # The last look, once the rollout is over (the thread may have slept through its end).
+    def sample(self):
         for node in self.nodes:
             weight = slurm_sim.node_state(self.environment, node).get('Weight')
             if self.seen[node][-1:] != [weight]:

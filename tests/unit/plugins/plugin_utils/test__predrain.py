@@ -6,7 +6,6 @@ rollout's steps (start, settle, finish, resume, rollout_control) with a fake sch
 recorded in the ledger before they are set, taken back after every outcome."""
 
 import copy
-import datetime
 import os
 
 import pytest
@@ -20,24 +19,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _rollout_start
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _run_context
 
-
-class Clock(_run_context.Clock):
-    """A clock that stands still (the steps here never wait)."""
-
-    def __init__(self, now):
-        self.now = now
-
-    def time(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
-
-    def utcnow(self):
-        return datetime.datetime.fromtimestamp(self.now, tz=datetime.timezone.utc)
-
-    def parent(self):
-        return os.getpid()
+from test_multi_controller_model import Clock  # pylint: disable=import-error
 
 
 SLURM = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'real-outputs', 'slurm')
