@@ -128,7 +128,7 @@ def mark(io, scheduler, marks, nodes, run_id, member, at, record):
     if scheduler not in SCHEDULERS or not wanted:
         return []
     if scheduler == 'slurm':
-        weights = io.slurm_weights()
+        weights = io.slurm_weights(wanted)
         new = {node: dict(weight_mark(weights[node]), member=member, at=at) for node in wanted if node in weights}
         record(new)
         io.set_weights(grouped((node, mark['set']) for node, mark in new.items()))
@@ -152,7 +152,7 @@ def undo(io, marks, nodes):
     done = {}
     slurm = {node: mark for node, mark in chosen.items() if mark.get('scheduler') == 'slurm'}
     if slurm:
-        weights = io.slurm_weights()
+        weights = io.slurm_weights(sorted(slurm))
         back = []
         for node, mark in slurm.items():
             weight, why = weight_undo(mark, weights.get(node))

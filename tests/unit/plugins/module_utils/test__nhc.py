@@ -49,8 +49,8 @@ def test_the_first_pause_request_creates_the_list_and_tests_the_version():
 
 def test_a_pause_request_is_appended_to_others_and_added_once():
     others = nhc(requests=['pause for cluster upgrade by @admin'])
-    assert _nhc.patch(others, 'gpu-01', 'r1', True)[1] == {'op': 'add', 'path': '/spec/pauseRequests/-',
-                                                        'value': 'gpufleet.lifecycle: gpu-01 in flight (run r1)'}
+    added = {'op': 'add', 'path': '/spec/pauseRequests/-', 'value': 'gpufleet.lifecycle: gpu-01 in flight (run r1)'}
+    assert _nhc.patch(others, 'gpu-01', 'r1', True)[1] == added
     already = nhc(requests=['gpufleet.lifecycle: gpu-01 in flight (run r0)'])
     assert _nhc.patch(already, 'gpu-01', 'r1', True) is None
 

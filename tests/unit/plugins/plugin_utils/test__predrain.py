@@ -77,8 +77,10 @@ class FakeSlurm:
     def __init__(self, weights):
         self.weights = dict(weights)
         self.calls = []
+        self.reads = []
 
-    def slurm_weights(self):
+    def slurm_weights(self, names=None):
+        self.reads.append(names)
         return dict(self.weights)
 
     def set_weights(self, calls):
@@ -148,6 +150,7 @@ def test_a_run_marks_its_pending_nodes_and_takes_each_mark_back_when_the_node_is
     settled = context_of(backend, io, host='n1', ledger=spec, result={'state': 'done'})
     _rollout_node.settle(settled)
     assert settled.result['soft_unmarked'] == {'n1': 'weight 1000001 back to 1'} and io.weights['n1'] == 1
+    assert io.reads == [NODES, ['n1']]          # the start reads its nodes, a settle its own node
     assert sorted(ledger.soft_marks()) == ['n2', 'n3']
     # slurmctld restarted meanwhile: n2's weight is slurm.conf's again, and is left as it is; n3 goes back.
     io.weights['n2'] = 1
