@@ -349,6 +349,13 @@ class SharedGate:
 GATE_BACKOFF_MAX = 4
 
 
+def _admitted(ledger, node, member):
+    """Whether the ledger shows ``node`` admitted (by ``member`` when given): a shared look's admit verdict is taken only then."""
+    ledger.catch_up()
+    record = ledger.node(node) or {}
+    return record.get('state') == 'admitted' and (not member or record.get('member') in (None, member))
+
+
 def backoff(poll, rank, window):
     """Seconds until a waiting worker's next look: the poll interval, times ``1 + rank // window`` up to :data:`GATE_BACKOFF_MAX`."""
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
@@ -400,6 +407,8 @@ def admit(context):
         if shared is not None:
             shared.enter(node, started, sleep=sleep)
             verdict = shared.verdict(node, policy, None, started)
+            if verdict is not None and verdict['decision']['action'] == _gate.ADMIT and not _admitted(ledger, node, args['member']):
+                verdict = None      # a look's admission the ledger does not show (an earlier visit's): wait for the next look
         else:
             verdict = look(context, ledger, policy, None, {node: started}, poll).get(node)
         decision = _decision(verdict['decision']) if verdict else _gate.Decision(_gate.WAIT, 'queue', 'waiting for the next look at the gate')
