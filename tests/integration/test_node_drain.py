@@ -205,6 +205,7 @@ def test_apply(kube):
     assert outcome['gpu-01']['blocking'] == ['ml/train-0']
     assert "disruption budget" in outcome['gpu-01']['message']
     assert not kube.unschedulable('gpu-01') and 'gpufleet.io/state' not in kube.labels('gpu-01') and kube.annotations('gpu-01') == {}
+    assert not [key for key in kube.labels('gpu-01') if key.startswith(('nvsentinel.', 'k8saas.', 'nvidia.com/gpu-driver-upgrade', 'remediation.'))]
     assert kube.pod('ml', 'train-0') is not None and 'deletionTimestamp' not in kube.pod('ml', 'train-0')['metadata']
     assert [e[0] for e in kube.events('gpu-01')] == ['GpufleetCordoned', 'GpufleetDeferred']
     assert 'ml/train-0' in kube.events('gpu-01')[1][2]
@@ -212,8 +213,13 @@ def test_apply(kube):
     # Drained: the batch pod went, the DaemonSet pod stayed; the label and annotations carry the state.
     assert kube.pod('ml', 'batch-5c8d9-qz4lp') is None and kube.pod('gpu-operator', 'dcgm-exporter-gpu-02') is not None
     assert kube.unschedulable('gpu-02') and kube.labels('gpu-02')['gpufleet.io/state'] == 'drained'
+    handed_off = {'nvsentinel.dgxc.nvidia.com/managed': 'false', 'k8saas.nvidia.com/ManagedByNVSentinel': 'false',
+                  'nvidia.com/gpu-driver-upgrade.skip': 'true', 'remediation.medik8s.io/exclude-from-remediation': 'true'}
     assert kube.annotations('gpu-02') == {'gpufleet.io/original-unschedulable': 'false', 'gpufleet.io/run-id': 'test-run',
-                                          'gpufleet.io/reason': 'driver upgrade 580', 'gpufleet.io/added-taints': '[]'}
+                                          'gpufleet.io/reason': 'driver upgrade 580', 'gpufleet.io/added-taints': '[]',
+                                          'gpufleet.io/handed-off': json.dumps(dict.fromkeys(sorted(handed_off)), separators=(',', ':'))}
+    # Held by gpufleet: the node's other owners stand aside (the role's default hand-off), none had its label before.
+    assert {key: kube.labels('gpu-02').get(key) for key in handed_off} == handed_off
     assert outcome['gpu-02']['original'] == {'unschedulable': False, 'state': '', 'taints': []}
     events = kube.events('gpu-02')
     assert [e[0] for e in events] == ['GpufleetCordoned', 'GpufleetDrained']

@@ -157,7 +157,8 @@ def test_discovery_and_status_objects(cluster):
     aggregated_type = 'application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList'
     code, groups, headers = kube.request('GET', '/apis', accept=aggregated_type + ',application/json')
     assert headers['Content-Type'] == aggregated_type
-    assert [item['metadata']['name'] for item in groups['items']] == ['apps', 'coordination.k8s.io', 'events.k8s.io', 'policy']
+    served = ['apps', 'coordination.k8s.io', 'events.k8s.io', 'policy', 'apiextensions.k8s.io']
+    assert [item['metadata']['name'] for item in groups['items']] == served
     code, status, headers = kube.request('GET', '/api/v1/nodes/gpu-99')
     assert code == 404 and headers['Content-Type'] == 'application/json'
     assert status == {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure', 'message': 'nodes "gpu-99" not found',
