@@ -108,9 +108,8 @@ def ledger_states(run_dir, run_id=None):
 
 
 class Watch(Sampler):
-    """Samples (ledger states before, what the API holds, ledger states after) every 0.3 s while a rollout runs."""
-
-    interval = 0.3
+    """Samples (ledger states before, what the API holds, ledger states after) every half second while a rollout runs (a
+    node is in flight and waits for many seconds each)."""
 
     def __init__(self, state_dir, run_dir, run_id=None):
         super().__init__()

@@ -636,10 +636,12 @@ class WeightWatch(Sampler):
         self.environment, self.nodes, self.seen = environment, nodes, {node: [] for node in nodes}
 
     def sample(self):
+        # One scontrol call for all of them (a call per node per look was most of this watcher's cost).
+        listing = slurm_sim.run_client(self.environment, ['scontrol', 'show', 'node', '-o', ','.join(self.nodes)], timeout=15).stdout
+        weights = {fields.get('NodeName'): fields.get('Weight') for fields in map(slurm_sim.parse_scontrol_oneliner, listing.splitlines())}
         for node in self.nodes:
-            weight = slurm_sim.node_state(self.environment, node).get('Weight')
-            if self.seen[node][-1:] != [weight]:
-                self.seen[node].append(weight)
+            if self.seen[node][-1:] != [weights.get(node)]:
+                self.seen[node].append(weights.get(node))
 
 
 def test_a_multi_node_job_goes_together_at_its_checkpoint_and_is_interrupted_once(fleet, tmp_path):
