@@ -23,6 +23,7 @@ Pure: the scheduler is read and written through an ``io`` object (:class:`._run_
 from __future__ import annotations
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
+from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils import _kube
 
 DOC = 'soft_marks'
 TAINT_KEY = 'gpufleet.io/upgrade-pending'
@@ -84,8 +85,7 @@ def weight_undo(mark, now):
 # ------------------------------------------------------------------ Kubernetes
 
 def taint(run_id):
-    value = ''.join(char if char.isalnum() or char in '-_.' else '-' for char in (run_id or 'run'))[:63].strip('-_.') or 'run'
-    return {'key': TAINT_KEY, 'value': value, 'effect': TAINT_EFFECT}
+    return {'key': TAINT_KEY, 'value': _kube.quarantine_value(run_id) or 'run', 'effect': TAINT_EFFECT}
 
 
 def _taints(node):

@@ -85,6 +85,17 @@ def run_command(argv, environment):
     return process.stdout
 
 
+def kube_api(kubeconfig):
+    """(ApiClient, CoreV1Api) of ``kubeconfig`` (the client's default when empty); GateError without the library."""
+    try:
+        from kubernetes import client as kube_client  # pylint: disable=import-outside-toplevel
+        from kubernetes import config as kube_config  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise GateError('the kubernetes Python library is needed (pip install kubernetes)') from None
+    api = kube_config.new_client_from_config(config_file=kubeconfig or None)
+    return api, kube_client.CoreV1Api(api)
+
+
 def read_answer(context, jobs=False):
     """The scheduler's answer now as read, before it is understood (JSON, kept by the shared view): Slurm ``{'scontrol':
     text, 'squeue': text or None}`` (``squeue`` with ``jobs``), Kubernetes or Run:ai ``{'nodes': the node list, 'pods': the running
@@ -98,33 +109,18 @@ def read_answer(context, jobs=False):
         return {'scontrol': nodes, 'squeue': squeue}
     if scheduler in ('kubernetes', 'runai'):
         try:
-            from kubernetes import client as kube_client  # pylint: disable=import-outside-toplevel
-            from kubernetes import config as kube_config  # pylint: disable=import-outside-toplevel
-        except ImportError:
-            raise GateError('the kubernetes Python library is needed to read the nodes (pip install kubernetes)') from None
-        try:
-            api = kube_config.new_client_from_config(config_file=args['kubeconfig'] or None)
-            core = kube_client.CoreV1Api(api)
+            api, core = kube_api(args['kubeconfig'])
             answer = {'nodes': api.sanitize_for_serialization(core.list_node(_request_timeout=COMMAND_TIMEOUT))}
             if jobs:
                 # The running pods, every namespace, once per look (the shared view): the workloads and their checkpoints.
                 answer['pods'] = api.sanitize_for_serialization(core.list_pod_for_all_namespaces(
                     field_selector='status.phase=Running', _request_timeout=COMMAND_TIMEOUT))
             return answer
+        except GateError:
+            raise
         except Exception as exc:  # pylint: disable=broad-except
             raise GateError('reading the Kubernetes nodes: %s' % to_native(exc)) from None
     raise GateError('scheduler %r has no answer to read' % scheduler)
-
-
-def kube_api(kubeconfig):
-    """(ApiClient, CoreV1Api) of ``kubeconfig`` (the client's default when empty); GateError without the library."""
-    try:
-        from kubernetes import client as kube_client  # pylint: disable=import-outside-toplevel
-        from kubernetes import config as kube_config  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        raise GateError('the kubernetes Python library is needed (pip install kubernetes)') from None
-    api = kube_config.new_client_from_config(config_file=kubeconfig or None)
-    return api, kube_client.CoreV1Api(api)
 
 
 class SchedulerMarks:
